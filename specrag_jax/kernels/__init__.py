@@ -1,0 +1,71 @@
+"""Attention ops over a paged KV pool: one contract (AttentionMetadata), several implementations."""
+
+from __future__ import annotations
+
+import jax
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.kernels.metadata import AttentionMetadata, ancestor_mask, chain_parents
+from specrag_jax.kernels.page_pool import (
+    NULL_PAGE,
+    KVPool,
+    PageAllocator,
+    PoolExhausted,
+    make_pool,
+    pages_needed,
+    slots_for,
+)
+from specrag_jax.kernels.reference import paged_tree_attention_reference
+
+ATTENTION_IMPLS = ("reference",)
+
+
+def paged_attention(
+    q: jax.Array,
+    k_new: jax.Array,
+    v_new: jax.Array,
+    k_pool: jax.Array,
+    v_pool: jax.Array,
+    meta: AttentionMetadata,
+    *,
+    scale: float,
+    window: jax.Array | int = 0,
+    softcap: float | None = None,
+    tree: bool = True,
+    impl: str = "reference",
+) -> jax.Array:
+    """Dispatch to an attention implementation (see reference.py for the semantics)."""
+    if impl == "reference":
+        return paged_tree_attention_reference(
+            q, k_new, v_new, k_pool, v_pool, meta, scale=scale, window=window, softcap=softcap, tree=tree
+        )
+    raise SpecRagError(f"unknown attention_impl {impl!r}; choose one of {', '.join(ATTENTION_IMPLS)}")
+
+
+def write_kv_layer(pool: jax.Array, layer: jax.Array, new: jax.Array, write_slots: jax.Array) -> jax.Array:
+    """Write [T, Hkv, D] into layer ``layer`` of an all-layer pool [L, N, page_size, Hkv, D] in place.
+
+    Out-of-range slots (padding, dropped tree tokens) are ignored.
+    """
+    page_size = pool.shape[2]
+    pages = write_slots // page_size
+    offsets = write_slots % page_size
+    return pool.at[layer, pages, offsets].set(new.astype(pool.dtype), mode="drop")
+
+
+__all__ = [
+    "ATTENTION_IMPLS",
+    "AttentionMetadata",
+    "KVPool",
+    "NULL_PAGE",
+    "PageAllocator",
+    "PoolExhausted",
+    "ancestor_mask",
+    "chain_parents",
+    "make_pool",
+    "pages_needed",
+    "paged_attention",
+    "paged_tree_attention_reference",
+    "slots_for",
+    "write_kv_layer",
+]

@@ -1,0 +1,97 @@
+"""Reference paged tree attention in plain jnp: the ground truth and the CPU fast path.
+
+Scores are split in two parts that share one softmax:
+- *prefix*: the query against its sequence's cached KV, gathered through the page table (keys ``j <
+  kv_lens[s]``, key position ``j``);
+- *chunk*: the query against the step's own fresh K/V, restricted to the same sequence and to its
+  ancestors-or-self (a causal chain or any token tree).
+Sliding windows compare positions: key visible when ``q_pos - k_pos < window`` (window 0 = none).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from specrag_jax.kernels.metadata import AttentionMetadata, ancestor_mask
+
+_NEG = -1e30
+
+
+def _softcap(x: jax.Array, cap: float | None) -> jax.Array:
+    return x if cap is None else cap * jnp.tanh(x / cap)
+
+
+def gather_sequence_kv(pool: jax.Array, page_table: jax.Array) -> jax.Array:
+    """[num_pages, page_size, Hkv, D] pool + [S, P] table -> [S, P * page_size, Hkv, D]."""
+    s, p = page_table.shape
+    pages = pool[page_table]  # [S, P, page_size, Hkv, D]
+    return pages.reshape(s, p * pool.shape[1], *pool.shape[2:])
+
+
+def paged_tree_attention_reference(
+    q: jax.Array,
+    k_new: jax.Array,
+    v_new: jax.Array,
+    k_pool: jax.Array,
+    v_pool: jax.Array,
+    meta: AttentionMetadata,
+    *,
+    scale: float,
+    window: jax.Array | int = 0,
+    softcap: float | None = None,
+    tree: bool = True,
+) -> jax.Array:
+    """Attention of packed queries over cached prefixes (paged) and their own chunk.
+
+    Args:
+      q: [T, Hq, D] queries (RoPE applied). k_new/v_new: [T, Hkv, D] K/V of the same tokens.
+      k_pool/v_pool: [num_pages, page_size, Hkv, D] one layer's page pool (the prefix part is read from
+        here; this step's tokens are taken from k_new/v_new so writes may happen before or after).
+      meta: see AttentionMetadata. window: tokens (0 = unlimited), may be a traced scalar.
+      tree: when False the chunk is assumed causal by packed order (cheaper mask).
+    Returns: [T, Hq, D] in q's dtype; padding rows are zeros.
+    """
+    t, hq, d = q.shape
+    hkv = k_new.shape[1]
+    g = hq // hkv
+    f32 = jnp.float32
+    qg = q.reshape(t, hkv, g, d).astype(f32) * scale
+    window = jnp.asarray(window, jnp.int32)
+    pos = meta.positions
+
+    # Prefix part: every query against every sequence's gathered KV, then keep its own sequence's row.
+    k_seq = gather_sequence_kv(k_pool, meta.page_table).astype(f32)  # [S, L, Hkv, D]
+    v_seq = gather_sequence_kv(v_pool, meta.page_table).astype(f32)
+    s_count, kv_len_max = k_seq.shape[0], k_seq.shape[1]
+    one_hot_seq = jax.nn.one_hot(meta.token_seq, s_count, dtype=f32)  # [T, S]
+    s_pre = jnp.einsum("tkgd,sjkd->tkgsj", qg, k_seq)
+    s_pre = jnp.einsum("tkgsj,ts->tkgj", s_pre, one_hot_seq)  # keep the token's own sequence
+    key_idx = jnp.arange(kv_len_max)
+    kv_len_t = meta.kv_lens[meta.token_seq]  # [T]
+    vis_pre = key_idx[None, :] < kv_len_t[:, None]
+    vis_pre &= (window <= 0) | (pos[:, None] - key_idx[None, :] < window)
+    vis_pre &= meta.token_valid[:, None]
+
+    # Chunk part: same sequence, ancestor-or-self.
+    same_seq = meta.token_seq[:, None] == meta.token_seq[None, :]
+    if tree:
+        related = ancestor_mask(meta.parents)
+    else:
+        idx = jnp.arange(t)
+        related = idx[None, :] <= idx[:, None]
+    vis_chk = same_seq & related & meta.token_valid[:, None] & meta.token_valid[None, :]
+    vis_chk &= (window <= 0) | (pos[:, None] - pos[None, :] < window)
+    s_chk = jnp.einsum("tkgd,ukd->tkgu", qg, k_new.astype(f32))
+
+    s_pre = jnp.where(vis_pre[:, None, None, :], _softcap(s_pre, softcap), _NEG)
+    s_chk = jnp.where(vis_chk[:, None, None, :], _softcap(s_chk, softcap), _NEG)
+    m = jnp.maximum(s_pre.max(-1), s_chk.max(-1))[..., None]
+    p_pre = jnp.where(vis_pre[:, None, None, :], jnp.exp(s_pre - m), 0.0)
+    p_chk = jnp.where(vis_chk[:, None, None, :], jnp.exp(s_chk - m), 0.0)
+    denom = p_pre.sum(-1) + p_chk.sum(-1)
+    # Prefix values: weight each sequence's V by the token's one-hot row.
+    pv_pre = jnp.einsum("tkgj,ts,sjkd->tkgd", p_pre, one_hot_seq, v_seq)
+    pv_chk = jnp.einsum("tkgu,ukd->tkgd", p_chk, v_new.astype(f32))
+    out = (pv_pre + pv_chk) / jnp.maximum(denom, 1e-30)[..., None]
+    return out.reshape(t, hq, d).astype(q.dtype)

@@ -1,0 +1,194 @@
+"""Model configuration for the decoder families we serve (Gemma 3 and Llama).
+
+Parameter tree (Linen, layers stacked on a leading axis of size ``num_layers``)::
+
+    params = {
+      "embed":      {"embedding": [vocab, hidden]},
+      "layers": {
+        "attn_norm":      {"scale": [L, hidden]},
+        "attn": {
+          "q": {"kernel": [L, hidden, num_heads * head_dim]},
+          "k": {"kernel": [L, hidden, num_kv_heads * head_dim]},
+          "v": {"kernel": [L, hidden, num_kv_heads * head_dim]},
+          "o": {"kernel": [L, num_heads * head_dim, hidden]},
+          "q_norm": {"scale": [L, head_dim]},      # qk_norm only (Gemma 3)
+          "k_norm": {"scale": [L, head_dim]},      # qk_norm only (Gemma 3)
+        },
+        "post_attn_norm": {"scale": [L, hidden]},  # sandwich_norm only (Gemma 3)
+        "mlp_norm":       {"scale": [L, hidden]},
+        "mlp": {
+          "gate": {"kernel": [L, hidden, intermediate]},
+          "up":   {"kernel": [L, hidden, intermediate]},
+          "down": {"kernel": [L, intermediate, hidden]},
+        },
+        "post_mlp_norm":  {"scale": [L, hidden]},  # sandwich_norm only (Gemma 3)
+      },
+      "final_norm": {"scale": [hidden]},
+      "lm_head":    {"kernel": [hidden, vocab]},   # only when not tie_embeddings
+    }
+
+Norm scales are *multiplicative* (``y = x_normed * scale``): GGUF Gemma files already store ``1 + w``;
+Hugging Face Gemma checkpoints store ``w`` and the loader adds 1. Q/K kernels use the Hugging Face
+"rotate-half" RoPE layout (llama.cpp's Llama GGUF files permute Q/K rows; the loader undoes that).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from specrag_jax.errors import SpecRagError
+
+SUPPORTED_ARCHITECTURES = ("gemma3", "llama")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Static shape and behaviour of one decoder; hashable so it can be a jit static argument."""
+
+    arch: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_local_theta: float = 10000.0
+    sliding_window: int | None = None
+    sliding_window_pattern: int = 0
+    query_pre_attn_scalar: float | None = None
+    max_position_embeddings: int = 8192
+    tie_embeddings: bool = True
+    embed_scale: bool = False
+    qk_norm: bool = False
+    sandwich_norm: bool = False
+    activation: str = "silu"
+    attn_logit_softcap: float | None = None
+    final_logit_softcap: float | None = None
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.arch not in SUPPORTED_ARCHITECTURES:
+            raise SpecRagError(
+                f"unsupported architecture {self.arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise SpecRagError(
+                f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"
+            )
+        if self.activation not in ("silu", "gelu_tanh"):
+            raise SpecRagError(f"unsupported activation {self.activation!r}")
+
+    @property
+    def attn_scale(self) -> float:
+        """Multiplier applied to q.k (Gemma uses query_pre_attn_scalar**-0.5)."""
+        base = self.query_pre_attn_scalar if self.query_pre_attn_scalar else self.head_dim
+        return float(base) ** -0.5
+
+    def is_sliding_layer(self, layer: int) -> bool:
+        """True for local (sliding-window) layers; Gemma 3 makes every ``pattern``-th layer global."""
+        if self.sliding_window is None or self.sliding_window_pattern <= 0:
+            return False
+        return (layer + 1) % self.sliding_window_pattern != 0
+
+    def layer_windows(self) -> list[int]:
+        """Per-layer window length in tokens (0 = no window)."""
+        return [self.sliding_window if self.is_sliding_layer(i) else 0 for i in range(self.num_layers)]
+
+    def layer_rope_thetas(self) -> list[float]:
+        """Per-layer RoPE base: Gemma 3's local layers use ``rope_local_theta``."""
+        return [
+            self.rope_local_theta if self.is_sliding_layer(i) else self.rope_theta
+            for i in range(self.num_layers)
+        ]
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+
+# Values the GGUF header does not carry, per architecture (documented in the README):
+# Gemma 3: local RoPE base 10k, every 6th layer global, query_pre_attn_scalar = head_dim (true for
+# 270M and 1B; 4B+ use hidden/num_heads and carry it in HF config.json), sandwich norms, QK-norm,
+# GeGLU(tanh), sqrt(hidden) embedding scale, tied embeddings, EOS also at <end_of_turn> (id 106).
+ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3": dict(
+        rope_local_theta=10000.0,
+        sliding_window_pattern=6,
+        embed_scale=True,
+        qk_norm=True,
+        sandwich_norm=True,
+        activation="gelu_tanh",
+        tie_embeddings=True,
+    ),
+    "llama": dict(
+        embed_scale=False,
+        qk_norm=False,
+        sandwich_norm=False,
+        activation="silu",
+        sliding_window=None,
+        sliding_window_pattern=0,
+    ),
+}
+
+
+def tiny_config(arch: str = "llama", **overrides: Any) -> ModelConfig:
+    """A small random-weight config for tests (both families)."""
+    base: dict[str, Any] = dict(
+        arch=arch,
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+        bos_token_id=1,
+        eos_token_ids=(2,),
+        name=f"tiny-{arch}",
+    )
+    base.update(ARCH_DEFAULTS[arch])
+    if arch == "gemma3":
+        base.update(sliding_window=8, sliding_window_pattern=2, rope_theta=1e6, query_pre_attn_scalar=16)
+    base.update(overrides)
+    return ModelConfig(**base)
+
+
+def param_shapes(cfg: ModelConfig) -> dict[str, Any]:
+    """The exact parameter tree (shapes only) that loaders must produce for ``cfg``."""
+    L, H, D, I = cfg.num_layers, cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    attn: dict[str, Any] = {
+        "q": {"kernel": (L, H, cfg.num_heads * D)},
+        "k": {"kernel": (L, H, cfg.num_kv_heads * D)},
+        "v": {"kernel": (L, H, cfg.num_kv_heads * D)},
+        "o": {"kernel": (L, cfg.num_heads * D, H)},
+    }
+    if cfg.qk_norm:
+        attn["q_norm"] = {"scale": (L, D)}
+        attn["k_norm"] = {"scale": (L, D)}
+    layers: dict[str, Any] = {
+        "attn_norm": {"scale": (L, H)},
+        "attn": attn,
+        "mlp_norm": {"scale": (L, H)},
+        "mlp": {
+            "gate": {"kernel": (L, H, I)},
+            "up": {"kernel": (L, H, I)},
+            "down": {"kernel": (L, I, H)},
+        },
+    }
+    if cfg.sandwich_norm:
+        layers["post_attn_norm"] = {"scale": (L, H)}
+        layers["post_mlp_norm"] = {"scale": (L, H)}
+    tree: dict[str, Any] = {
+        "embed": {"embedding": (cfg.vocab_size, H)},
+        "layers": layers,
+        "final_norm": {"scale": (H,)},
+    }
+    if not cfg.tie_embeddings:
+        tree["lm_head"] = {"kernel": (H, cfg.vocab_size)}
+    return tree

@@ -1,0 +1,188 @@
+"""Batched generation over the paged pool: chunked prefill, batched decode, EOS and stop conditions."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.kernels import pages_needed
+from specrag_jax.models.runner import Chunk, ModelRunner, bucket
+from specrag_jax.models.sampling import SamplingParams
+
+StopFn = Callable[[int, list[int]], bool]
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    """Generated ids (EOS included when it ended the sequence) and their log-probabilities."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "eos" | "stop" | "length"
+    num_prompt_tokens: int
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+
+
+@dataclasses.dataclass
+class _Seq:
+    prompt: list[int]
+    pages: list[int]
+    params: SamplingParams
+    out: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    prefilled: int = 0
+    finish: str | None = None
+
+
+class Generator:
+    """Generates continuations for a batch of token prompts with one ModelRunner."""
+
+    def __init__(self, runner: ModelRunner, eos_ids: Sequence[int] = (), max_prefill_tokens: int = 512) -> None:
+        self.runner = runner
+        self.eos_ids = frozenset(int(e) for e in eos_ids)
+        self.max_prefill_tokens = max_prefill_tokens
+
+    def check_prompt(self, prompt: Sequence[int], max_new_tokens: int) -> None:
+        """Raise SpecRagError when a prompt is empty or does not fit the context."""
+        if len(prompt) == 0:
+            raise SpecRagError("empty prompt: nothing to generate from")
+        limit = self.runner.max_seq_len
+        if len(prompt) + max_new_tokens > limit:
+            raise SpecRagError(
+                f"prompt is too long: {len(prompt)} tokens + max_new_tokens {max_new_tokens} exceeds the "
+                f"context of {limit} tokens"
+            )
+        bad = [t for t in prompt if not 0 <= int(t) < self.runner.cfg.vocab_size]
+        if bad:
+            raise SpecRagError(f"token id {bad[0]} is outside the vocabulary (size {self.runner.cfg.vocab_size})")
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+        max_new_tokens: int = 64,
+        stop_fn: StopFn | None = None,
+    ) -> list[GenerationResult]:
+        """Generate up to ``max_new_tokens`` for every prompt; pages are released however it ends."""
+        if not prompts:
+            raise SpecRagError("no prompts given")
+        if max_new_tokens < 1:
+            raise SpecRagError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
+        params = [sampling] * len(prompts) if isinstance(sampling, SamplingParams) else list(sampling)
+        if len(params) != len(prompts):
+            raise SpecRagError(f"{len(params)} sampling settings for {len(prompts)} prompts")
+        for p in prompts:
+            self.check_prompt(p, max_new_tokens)
+        seqs: list[_Seq] = []
+        alloc = self.runner.allocator
+        try:
+            for prompt, sp in zip(prompts, params):
+                pages = alloc.allocate(pages_needed(len(prompt) + max_new_tokens, self.runner.page_size))
+                seqs.append(_Seq([int(t) for t in prompt], pages, sp))
+            t0 = time.perf_counter()
+            self._prefill(seqs, max_new_tokens, stop_fn)
+            t1 = time.perf_counter()
+            self._decode(seqs, max_new_tokens, stop_fn)
+            t2 = time.perf_counter()
+        finally:
+            for s in seqs:
+                alloc.release(s.pages)
+        return [
+            GenerationResult(s.out, s.logprobs, s.finish or "length", len(s.prompt), t1 - t0, t2 - t1)
+            for s in seqs
+        ]
+
+    # ------------------------------------------------------------------ internals
+    def _accept(self, seq: _Seq, row: int, token: int, logprob: float, max_new: int, stop_fn: StopFn | None):
+        seq.out.append(int(token))
+        seq.logprobs.append(float(logprob))
+        if token in self.eos_ids:
+            seq.finish = "eos"
+        elif stop_fn is not None and stop_fn(row, seq.out):
+            seq.finish = "stop"
+        elif len(seq.out) >= max_new:
+            seq.finish = "length"
+
+    def _run(self, chunks: list[Chunk], owners: list[_Seq], rows_seq: list[int], token_bucket: int | None = None):
+        step = self.runner.pack(chunks, token_bucket=token_bucket)
+        sp = [owners[i].params for i in rows_seq]
+        steps = [len(owners[i].out) for i in rows_seq]
+        return self.runner.sample(
+            step, [p.temperature for p in sp], [p.top_k for p in sp], [p.top_p for p in sp],
+            [p.seed for p in sp], steps,
+        )
+
+    def _prefill(self, seqs: list[_Seq], max_new: int, stop_fn: StopFn | None) -> None:
+        pending = list(range(len(seqs)))
+        while pending:
+            budget = self.max_prefill_tokens
+            chunks, rows_seq = [], []
+            for i in list(pending):
+                if budget <= 0:
+                    break
+                s = seqs[i]
+                n = min(len(s.prompt) - s.prefilled, budget)
+                done = s.prefilled + n == len(s.prompt)
+                chunks.append(Chunk(s.pages, s.prefilled, s.prompt[s.prefilled: s.prefilled + n],
+                                    rows=[n - 1] if done else []))
+                if done:
+                    rows_seq.append(i)
+                    pending.remove(i)
+                s.prefilled += n
+                budget -= n
+            ids, lps = self._run(chunks, seqs, rows_seq)
+            for i, tok, lp in zip(rows_seq, ids, lps):
+                self._accept(seqs[i], i, int(tok), float(lp), max_new, stop_fn)
+
+    def _decode(self, seqs: list[_Seq], max_new: int, stop_fn: StopFn | None) -> None:
+        while True:
+            active = [i for i, s in enumerate(seqs) if s.finish is None]
+            if not active:
+                return
+            chunks = [
+                Chunk(seqs[i].pages, len(seqs[i].prompt) + len(seqs[i].out) - 1, [seqs[i].out[-1]], rows=[0])
+                for i in active
+            ]
+            ids, lps = self._run(chunks, seqs, active, token_bucket=bucket(len(active)))
+            for i, tok, lp in zip(active, ids, lps):
+                self._accept(seqs[i], i, int(tok), float(lp), max_new, stop_fn)
+
+    def warmup(self, max_prompt_len: int, max_new_tokens: int, batch_sizes: Sequence[int] = (1,)) -> int:
+        """Compile every step shape that prompts up to ``max_prompt_len`` can reach; returns how many."""
+        r = self.runner
+        budget = self.max_prefill_tokens
+        page_bucket = lambda n: min(bucket(n, r.min_page_bucket), bucket(r.max_pages_per_seq))  # noqa: E731
+        shapes: set[tuple[int, int, int]] = set()  # (tokens, sequences, pages per sequence)
+        for length in range(1, max_prompt_len + 1):
+            p = page_bucket(pages_needed(length + max_new_tokens, r.page_size))
+            sizes = [budget] * ((length - 1) // budget) + [length - budget * ((length - 1) // budget)]
+            shapes.update((bucket(c, r.min_token_bucket), 1, p) for c in sizes)
+            shapes.add((1, 1, p))
+        largest = max(batch_sizes)
+        if largest > 1:
+            max_p = page_bucket(pages_needed(max_prompt_len + max_new_tokens, r.page_size))
+            p_buckets = sorted({page_bucket(1 << k) for k in range(max_p.bit_length())})
+            t_buckets = [1 << k for k in range(r.min_token_bucket.bit_length() - 1, bucket(budget).bit_length())]
+            for s in (1 << k for k in range(bucket(largest).bit_length())):
+                for p in p_buckets:
+                    shapes.add((s, s, p))
+                    shapes.update((t, s, p) for t in t_buckets if t >= s)
+        for t, s, p in sorted(shapes):
+            step = r.pack([Chunk([0] * p, 0, [0], write=False, rows=[0])] * s, token_bucket=t)
+            r.sample(step, [0.0] * s, [0] * s, [1.0] * s, [0] * s, [0] * s)
+        return len(shapes)
+
+
+def greedy_generate(runner: ModelRunner, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                    eos_ids: Sequence[int] = ()) -> list[list[int]]:
+    """Convenience: greedy ids for each prompt, batched."""
+    gen = Generator(runner, eos_ids)
+    return [r.token_ids for r in gen.generate(prompts, SamplingParams(), max_new_tokens)]
+
+
+__all__ = ["GenerationResult", "Generator", "greedy_generate"]

@@ -1,0 +1,103 @@
+"""Building blocks of the decoder: RMSNorm, rotary embeddings, gated MLP, paged attention layer."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specrag_jax.kernels import paged_attention, write_kv_layer
+from specrag_jax.kernels.metadata import AttentionMetadata
+from specrag_jax.models.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    """y = x / rms(x) * scale, computed in float32 (scale is multiplicative; see config.py)."""
+
+    eps: float
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.param_dtype)
+        xf = x.astype(jnp.float32)
+        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def rope_inv_freqs(cfg: ModelConfig) -> np.ndarray:
+    """[num_layers, head_dim // 2] float32 inverse frequencies (per-layer base for Gemma 3)."""
+    exponents = np.arange(0, cfg.head_dim, 2, dtype=np.float32) / np.float32(cfg.head_dim)
+    thetas = np.asarray(cfg.layer_rope_thetas(), np.float32)[:, None]
+    return (1.0 / np.power(thetas, exponents[None, :])).astype(np.float32)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
+    """Rotate-half RoPE on [T, heads, head_dim] (Hugging Face layout)."""
+    angles = positions.astype(jnp.float32)[:, None] * inv_freq[None, :]  # [T, D/2]
+    cos = jnp.concatenate([jnp.cos(angles)] * 2, axis=-1)[:, None, :]
+    sin = jnp.concatenate([jnp.sin(angles)] * 2, axis=-1)[:, None, :]
+    xf = x.astype(jnp.float32)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-xf[..., half:], xf[..., :half]], axis=-1)
+    return (xf * cos + rotated * sin).astype(x.dtype)
+
+
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)); act = SiLU (Llama) or tanh-GELU (Gemma's GeGLU)."""
+
+    cfg: ModelConfig
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        dense = lambda n, name: nn.Dense(n, use_bias=False, dtype=self.dtype, name=name)  # noqa: E731
+        gate = dense(self.cfg.intermediate_size, "gate")(x)
+        up = dense(self.cfg.intermediate_size, "up")(x)
+        if self.cfg.activation == "gelu_tanh":
+            act = jax.nn.gelu(gate, approximate=True)
+        else:
+            act = jax.nn.silu(gate)
+        return dense(self.cfg.hidden_size, "down")(act * up)
+
+
+class PagedAttention(nn.Module):
+    """Multi-head GQA attention that writes its K/V into the page pool and reads the cached prefix."""
+
+    cfg: ModelConfig
+    dtype: jnp.dtype = jnp.float32
+    attention_impl: str = "reference"
+    tree: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        x: jax.Array,
+        meta: AttentionMetadata,
+        k_pool: jax.Array,
+        v_pool: jax.Array,
+        layer: jax.Array,
+        window: jax.Array,
+        inv_freq: jax.Array,
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        cfg = self.cfg
+        t = x.shape[0]
+        dense = lambda n, name: nn.Dense(n, use_bias=False, dtype=self.dtype, name=name)  # noqa: E731
+        q = dense(cfg.num_heads * cfg.head_dim, "q")(x).reshape(t, cfg.num_heads, cfg.head_dim)
+        k = dense(cfg.num_kv_heads * cfg.head_dim, "k")(x).reshape(t, cfg.num_kv_heads, cfg.head_dim)
+        v = dense(cfg.num_kv_heads * cfg.head_dim, "v")(x).reshape(t, cfg.num_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q = RMSNorm(cfg.rms_norm_eps, name="q_norm")(q)
+            k = RMSNorm(cfg.rms_norm_eps, name="k_norm")(k)
+        q = apply_rope(q, meta.positions, inv_freq)
+        k = apply_rope(k, meta.positions, inv_freq)
+        k_pool = write_kv_layer(k_pool, layer, k, meta.write_slots)
+        v_pool = write_kv_layer(v_pool, layer, v, meta.write_slots)
+        out = paged_attention(
+            q, k, v, k_pool[layer], v_pool[layer], meta,
+            scale=cfg.attn_scale, window=window, softcap=cfg.attn_logit_softcap,
+            tree=self.tree, impl=self.attention_impl,
+        )
+        out = dense(cfg.hidden_size, "o")(out.reshape(t, cfg.num_heads * cfg.head_dim))
+        return out, k_pool, v_pool

@@ -1,0 +1,125 @@
+"""The Flax (Linen) decoder for Gemma 3 and Llama: packed tokens in, hidden states and KV pool out.
+
+Layers are stacked with ``nn.scan`` (one compiled layer body, fast compiles); the whole KV pool rides in
+the scan carry and each layer updates its slice in place. Logits are a separate, selective step
+(``logits_at``) so a 262k-entry vocabulary is only projected where needed.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specrag_jax.kernels import KVPool
+from specrag_jax.kernels.metadata import AttentionMetadata
+from specrag_jax.models.config import ModelConfig
+from specrag_jax.models.layers import GatedMLP, PagedAttention, RMSNorm, rope_inv_freqs
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block (Gemma 3 adds post-norms: the "sandwich")."""
+
+    cfg: ModelConfig
+    dtype: jnp.dtype = jnp.float32
+    attention_impl: str = "reference"
+    tree: bool = False
+
+    @nn.compact
+    def __call__(self, carry, layer_inputs, meta: AttentionMetadata):
+        x, k_pool, v_pool = carry
+        layer, window, inv_freq = layer_inputs
+        cfg = self.cfg
+        h = RMSNorm(cfg.rms_norm_eps, name="attn_norm")(x)
+        h, k_pool, v_pool = PagedAttention(cfg, self.dtype, self.attention_impl, self.tree, name="attn")(
+            h, meta, k_pool, v_pool, layer, window, inv_freq
+        )
+        if cfg.sandwich_norm:
+            h = RMSNorm(cfg.rms_norm_eps, name="post_attn_norm")(h)
+        x = x + h
+        h = RMSNorm(cfg.rms_norm_eps, name="mlp_norm")(x)
+        h = GatedMLP(cfg, self.dtype, name="mlp")(h)
+        if cfg.sandwich_norm:
+            h = RMSNorm(cfg.rms_norm_eps, name="post_mlp_norm")(h)
+        return (x + h, k_pool, v_pool), None
+
+
+class Decoder(nn.Module):
+    """Embeds packed tokens, runs all layers over the paged pool, returns final-normed hidden states."""
+
+    cfg: ModelConfig
+    dtype: jnp.dtype = jnp.float32
+    attention_impl: str = "reference"
+    tree: bool = False
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, meta: AttentionMetadata, pool: KVPool) -> tuple[jax.Array, KVPool]:
+        cfg = self.cfg
+        embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype, name="embed")
+        x = embed(tokens)
+        if cfg.embed_scale:
+            x = x * jnp.asarray(cfg.hidden_size**0.5, self.dtype)
+        layer_inputs = (
+            jnp.arange(cfg.num_layers, dtype=jnp.int32),
+            jnp.asarray(cfg.layer_windows(), jnp.int32),
+            jnp.asarray(rope_inv_freqs(cfg)),
+        )
+        stack = nn.scan(
+            DecoderLayer,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            in_axes=(0, nn.broadcast),
+            length=cfg.num_layers,
+        )
+        (x, k_pool, v_pool), _ = stack(cfg, self.dtype, self.attention_impl, self.tree, name="layers")(
+            (x, pool.k, pool.v), layer_inputs, meta
+        )
+        x = RMSNorm(cfg.rms_norm_eps, name="final_norm")(x)
+        if not cfg.tie_embeddings and self.is_initializing():  # create the head; logits_at applies it
+            nn.Dense(cfg.vocab_size, use_bias=False, dtype=self.dtype, name="lm_head")(x[:1])
+        return x, KVPool(k=k_pool, v=v_pool)
+
+
+def output_embedding(params: dict, cfg: ModelConfig) -> jax.Array:
+    """[hidden, vocab] matrix that maps hidden states to logits."""
+    if cfg.tie_embeddings:
+        return params["embed"]["embedding"].T
+    return params["lm_head"]["kernel"]
+
+
+def logits_at(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
+    """float32 logits [R, vocab] for the given [R, hidden] rows (final soft-cap applied)."""
+    w = output_embedding(params, cfg)
+    logits = jnp.dot(hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
+    if cfg.final_logit_softcap is not None:
+        logits = cfg.final_logit_softcap * jnp.tanh(logits / cfg.final_logit_softcap)
+    return logits
+
+
+def init_params(cfg: ModelConfig, seed: int = 0, dtype=jnp.float32) -> dict:
+    """Random parameters with the loaders' tree layout (tests and latency-only benchmarks)."""
+    from specrag_jax.kernels import make_pool  # local: only needed for shapes
+    from specrag_jax.kernels.metadata import chain_parents
+
+    pool = make_pool(cfg.num_layers, 2, 4, cfg.num_kv_heads, cfg.head_dim, dtype)
+    meta = AttentionMetadata(
+        token_seq=jnp.zeros(2, jnp.int32),
+        positions=jnp.arange(2, dtype=jnp.int32),
+        parents=jnp.asarray(chain_parents(2)),
+        token_valid=jnp.ones(2, bool),
+        write_slots=jnp.full(2, 8, jnp.int32),
+        page_table=jnp.ones((1, 1), jnp.int32),
+        kv_lens=jnp.zeros(1, jnp.int32),
+    )
+    variables = Decoder(cfg, dtype).init(jax.random.PRNGKey(seed), jnp.zeros(2, jnp.int32), meta, pool)
+    params = jax.tree_util.tree_map(lambda a: a.astype(dtype), variables["params"])
+    # Norm scales start at 1; give them some spread so tests exercise them.
+    rng = np.random.default_rng(seed)
+
+    def jitter_scale(path, a):
+        if getattr(path[-1], "key", None) == "scale":
+            return a + jnp.asarray(rng.normal(0, 0.1, a.shape), dtype)
+        return a
+
+    return jax.tree_util.tree_map_with_path(jitter_scale, params)

@@ -1,0 +1,166 @@
+"""Generation on tiny random models of both families: batching, paging, chunking, compilation, errors."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.models.config import tiny_config
+from specrag_jax.models.generation import Generator, greedy_generate
+from specrag_jax.models.runner import Chunk, ModelRunner
+from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.transformer import init_params
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [3, 4], [20 + i for i in range(13)]]
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma3"])
+def model(request):
+    cfg = tiny_config(request.param, tie_embeddings=request.param == "gemma3")
+    return cfg, init_params(cfg, seed=1)
+
+
+def runner(model, **kw):
+    cfg, params = model
+    kw.setdefault("num_pages", 64)
+    kw.setdefault("page_size", 4)
+    kw.setdefault("max_seq_len", 128)
+    return ModelRunner(cfg, params, **kw)
+
+
+def test_batched_equals_one_by_one(model):
+    r = runner(model)
+    batched = greedy_generate(r, PROMPTS, 12)
+    assert batched == [greedy_generate(r, [p], 12)[0] for p in PROMPTS]
+    assert r.allocator.num_free == r.allocator.num_usable
+
+
+def test_paged_equals_contiguous(model):
+    contiguous = runner(model, page_size=128, num_pages=8)
+    paged = runner(model, page_size=2, num_pages=200)
+    held = paged.allocator.allocate(60)  # fragment the pool so sequences get scattered pages
+    paged.allocator.release(held[::2])
+    a = Generator(contiguous).generate(PROMPTS, max_new_tokens=10)
+    b = Generator(paged).generate(PROMPTS, max_new_tokens=10)
+    assert [x.token_ids for x in a] == [x.token_ids for x in b]
+    np.testing.assert_allclose([x.logprobs for x in a], [x.logprobs for x in b], atol=1e-5)
+
+
+def test_chunked_prefill_equals_single_pass(model):
+    r = runner(model)
+    whole = Generator(r, max_prefill_tokens=512).generate(PROMPTS, max_new_tokens=6)
+    chunked = Generator(r, max_prefill_tokens=5).generate(PROMPTS, max_new_tokens=6)
+    assert [x.token_ids for x in whole] == [x.token_ids for x in chunked]
+
+
+def test_incremental_decode_matches_full_sequence_scoring(model):
+    r = runner(model)
+    prompt = PROMPTS[2]
+    res = Generator(r).generate([prompt], max_new_tokens=8)[0]
+    seq = prompt + res.token_ids
+    pages = r.allocator.allocate(-(-len(seq) // r.page_size))
+    try:
+        rows = list(range(len(prompt) - 1, len(seq) - 1))
+        step = r.pack([Chunk(pages, 0, seq, rows=rows)])
+        full = r.score(step, res.token_ids)
+    finally:
+        r.allocator.release(pages)
+    np.testing.assert_allclose(full, res.logprobs, atol=1e-5)
+
+
+def test_no_recompilation_after_warmup(model):
+    r = runner(model, max_seq_len=256, num_pages=80)
+    gen = Generator(r, max_prefill_tokens=64)
+    gen.warmup(max_prompt_len=100, max_new_tokens=5)
+    compiles: list[str] = []
+
+    def listener(name, _duration, **_kw):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiles.append(name)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        rng = np.random.default_rng(0)
+        for length in rng.integers(1, 101, size=20):
+            gen.generate([list(rng.integers(3, 90, size=int(length)))], max_new_tokens=5)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []
+
+
+def test_sampling_is_seeded_and_batch_invariant(model):
+    r = runner(model)
+    sp = SamplingParams(temperature=0.9, top_k=30, top_p=0.9, seed=7)
+    gen = Generator(r)
+    batch = gen.generate(PROMPTS, sp, max_new_tokens=8)
+    alone = gen.generate([PROMPTS[1]], sp, max_new_tokens=8)[0]
+    assert batch[1].token_ids == alone.token_ids
+    other = gen.generate([PROMPTS[1]], SamplingParams(temperature=0.9, seed=8), max_new_tokens=8)[0]
+    assert other.token_ids != alone.token_ids
+
+
+def test_top_k_one_is_greedy(model):
+    r = runner(model)
+    greedy = greedy_generate(r, [PROMPTS[0]], 8)[0]
+    sampled = Generator(r).generate([PROMPTS[0]], SamplingParams(temperature=1.5, top_k=1, seed=3), 8)[0]
+    assert sampled.token_ids == greedy
+
+
+def test_eos_and_stop_fn_end_generation(model):
+    r = runner(model)
+    greedy = greedy_generate(r, [PROMPTS[0]], 8)[0]
+    eos = greedy[3]
+    res = Generator(r, eos_ids=[eos]).generate([PROMPTS[0]], max_new_tokens=8)[0]
+    assert res.token_ids == greedy[: greedy.index(eos) + 1] and res.finish_reason == "eos"
+    res = Generator(r).generate([PROMPTS[0]], max_new_tokens=8, stop_fn=lambda row, ids: len(ids) == 2)[0]
+    assert res.token_ids == greedy[:2] and res.finish_reason == "stop"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(temperature=-1.0), "temperature"),
+        (dict(top_k=-2), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(seed=-1), "seed"),
+    ],
+)
+def test_invalid_sampling_parameters(kwargs, message):
+    with pytest.raises(SpecRagError, match=message):
+        SamplingParams(**kwargs)
+
+
+def test_bad_prompts_raise_clear_errors_and_leak_nothing(model):
+    r = runner(model, max_seq_len=32)
+    gen = Generator(r)
+    with pytest.raises(SpecRagError, match="empty prompt"):
+        gen.generate([[1, 2], []], max_new_tokens=4)
+    with pytest.raises(SpecRagError, match=r"40 tokens \+ max_new_tokens 4 exceeds the context of 32"):
+        gen.generate([[3] * 40], max_new_tokens=4)
+    with pytest.raises(SpecRagError, match="outside the vocabulary"):
+        gen.generate([[3, 10_000]], max_new_tokens=4)
+    with pytest.raises(SpecRagError, match="max_new_tokens"):
+        gen.generate([[3]], max_new_tokens=0)
+    assert r.allocator.num_free == r.allocator.num_usable
+
+
+def test_pages_are_released_when_a_step_fails(model):
+    r = runner(model)
+    gen = Generator(r)
+
+    def boom(row, ids):
+        raise RuntimeError("client went away")
+
+    with pytest.raises(RuntimeError):
+        gen.generate(PROMPTS, max_new_tokens=4, stop_fn=boom)
+    assert r.allocator.num_free == r.allocator.num_usable
+
+
+def test_pool_exhaustion_is_all_or_nothing(model):
+    r = runner(model, num_pages=6, page_size=4, max_seq_len=64)
+    with pytest.raises(SpecRagError, match="KV pool exhausted"):
+        Generator(r).generate([[3] * 10, [4] * 10], max_new_tokens=4)
+    assert r.allocator.num_free == r.allocator.num_usable
