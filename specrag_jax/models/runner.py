@@ -75,6 +75,12 @@ def _score_step(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, d
     return token_logprobs(params, cfg, hidden[rows], targets), pool
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "impl", "tree", "dtype"), donate_argnames=("pool",))
+def _logits_step(params, pool, tokens, meta, rows, *, cfg, impl, tree, dtype):
+    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree).apply({"params": params}, tokens, meta, pool)
+    return logits_at(params, cfg, hidden[rows]), pool
+
+
 class ModelRunner:
     """Executes packed steps of one model over its page pool (the small executor the pipeline calls)."""
 
@@ -179,3 +185,11 @@ class ModelRunner:
             cfg=self.cfg, impl=self.attention_impl, tree=step.tree, dtype=self.dtype,
         )
         return np.asarray(logprobs)[: step.num_rows]
+
+    def logits(self, step: PackedStep) -> np.ndarray:
+        """Run the step; full float32 logits [rows, vocab] at the wanted rows only (tests, parity checks)."""
+        logits, self.pool = _logits_step(
+            self.params, self.pool, step.tokens, step.meta, step.rows,
+            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, dtype=self.dtype,
+        )
+        return np.asarray(logits)[: step.num_rows]

@@ -1,0 +1,135 @@
+"""Byte-level BPE tokenizers (SmolLM2's), built with the `tokenizers` library from GGUF tokens + merges.
+
+The GGUF stores the vocabulary already spelled in GPT-2's byte alphabet and the merges as "a b"
+strings; what it does not store is the pre-tokenizer, only its name in `tokenizer.ggml.pre`. For
+"smollm" (like StarCoder's) that is: every digit on its own, then GPT-2's byte-level regex. This is
+what SmolLM2's tokenizer.json says (Sequence[Digits(individual_digits), ByteLevel(use_regex)]) and
+what llama.cpp runs for that pre-type ("\\p{N}", then the GPT-2 pattern).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Regex, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as HFTokenizer
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.models.tokenizer import (
+    FALLBACK_CHAT_TEMPLATES,
+    Tokenizer,
+    chat_template_from_config,
+    end_of_turn_ids,
+    special_token_text,
+)
+
+CONTROL = 3
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def _byte_level() -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+
+
+# tokenizer.ggml.pre -> the pre-tokenizer of the HF tokenizer.json that llama.cpp fingerprinted as it
+PRE_TOKENIZERS = {
+    "smollm": lambda: pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), _byte_level()]),
+    "starcoder": lambda: pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), _byte_level()]),
+    "gpt-2": _byte_level,
+    "default": _byte_level,
+    "llama-bpe": lambda: pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ]),
+}
+
+
+class HFTokenizersTokenizer(Tokenizer):
+    """A `tokenizers.Tokenizer`, with control tokens split out of the text before it sees it."""
+
+    def __init__(self, backend: HFTokenizer, *, bos_id: int | None, eos_ids: tuple[int, ...], pad_id: int | None,
+                 add_bos_default: bool, chat_template: str | None, special_tokens: dict[str, int]) -> None:
+        self.backend = backend
+        self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
+        self.bos_id, self.eos_ids, self.pad_id = bos_id, eos_ids, pad_id
+        self.add_bos_default, self.chat_template = add_bos_default, chat_template
+        self._init_special(special_tokens)
+
+    def _encode_plain(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def _decode_plain(self, ids: Sequence[int]) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=False)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str:
+        token = self.backend.id_to_token(int(token_id))
+        if token is None:
+            raise SpecRagError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
+        return token
+
+
+def bpe_from_gguf(meta: dict[str, Any]) -> HFTokenizersTokenizer:
+    """Byte-level BPE tokenizer from GGUF `tokenizer.*` metadata (tokenizer.ggml.model == "gpt2")."""
+    tokens = meta.get("tokenizer.ggml.tokens")
+    merges = meta.get("tokenizer.ggml.merges")
+    if not tokens or merges is None:
+        raise SpecRagError("GGUF BPE tokenizer needs tokenizer.ggml.tokens and tokenizer.ggml.merges")
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if pre not in PRE_TOKENIZERS:
+        raise SpecRagError(f"unsupported BPE pre-tokenizer {pre!r} (supported: {', '.join(sorted(PRE_TOKENIZERS))})")
+    vocab = {token: index for index, token in enumerate(tokens)}
+    if len(vocab) != len(tokens):
+        raise SpecRagError("GGUF BPE vocabulary has duplicate tokens")
+    pairs = []
+    for merge in merges:
+        left, sep, right = merge.partition(" ")
+        if not sep:
+            raise SpecRagError(f"malformed BPE merge {merge!r} in GGUF")
+        pairs.append((left, right))
+    backend = HFTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+    backend.pre_tokenizer = PRE_TOKENIZERS[pre]()
+    backend.decoder = decoders.ByteLevel()
+    types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    special = {token: i for i, (token, kind) in enumerate(zip(tokens, types)) if kind == CONTROL}
+    bos, eos = meta.get("tokenizer.ggml.bos_token_id"), meta.get("tokenizer.ggml.eos_token_id")
+    arch = meta.get("general.architecture", "")
+    return HFTokenizersTokenizer(
+        backend, bos_id=bos, pad_id=meta.get("tokenizer.ggml.padding_token_id"),
+        eos_ids=end_of_turn_ids([eos, meta.get("tokenizer.ggml.eot_token_id")], special.get),
+        add_bos_default=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        chat_template=meta.get("tokenizer.chat_template") or FALLBACK_CHAT_TEMPLATES.get(arch),
+        special_tokens=special,
+    )
+
+
+def hf_json_tokenizer(path: Path, config: dict[str, Any]) -> HFTokenizersTokenizer:
+    """An HF folder's tokenizer.json, with tokenizer_config.json's special tokens and chat template."""
+    try:
+        backend = HFTokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+        raise SpecRagError(f"cannot load {path}: {exc}") from exc
+    special = {t.content: i for i, t in backend.get_added_tokens_decoder().items() if t.special}
+    for entry in (config.get("added_tokens_decoder") or {}).values():
+        text = special_token_text(entry)
+        if isinstance(entry, dict) and entry.get("special") and text and backend.token_to_id(text) is not None:
+            special[text] = backend.token_to_id(text)
+
+    def lookup(name: str) -> int | None:
+        text = special_token_text(config.get(name))
+        return backend.token_to_id(text) if text is not None else None
+
+    template = chat_template_from_config(config)
+    return HFTokenizersTokenizer(
+        backend, bos_id=lookup("bos_token"), pad_id=lookup("pad_token"),
+        eos_ids=end_of_turn_ids([lookup("eos_token")], special.get),
+        add_bos_default=bool(config.get("add_bos_token", False)),
+        chat_template=template, special_tokens=special,
+    )
