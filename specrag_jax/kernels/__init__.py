@@ -42,15 +42,13 @@ def paged_attention(
     raise SpecRagError(f"unknown attention_impl {impl!r}; choose one of {', '.join(ATTENTION_IMPLS)}")
 
 
-def write_kv_layer(pool: jax.Array, layer: jax.Array, new: jax.Array, write_slots: jax.Array) -> jax.Array:
-    """Write [T, Hkv, D] into layer ``layer`` of an all-layer pool [L, N, page_size, Hkv, D] in place.
+def write_kv(pool: jax.Array, new: jax.Array, write_slots: jax.Array) -> jax.Array:
+    """Write [T, Hkv, D] K (or V) into one layer's pool [N, page_size, Hkv, D] at flat slots.
 
-    Out-of-range slots (padding, dropped tree tokens) are ignored.
+    In place when the pool is donated. Slots >= N * page_size (padding, dropped tree tokens) are ignored.
     """
-    page_size = pool.shape[2]
-    pages = write_slots // page_size
-    offsets = write_slots % page_size
-    return pool.at[layer, pages, offsets].set(new.astype(pool.dtype), mode="drop")
+    page_size = pool.shape[1]
+    return pool.at[write_slots // page_size, write_slots % page_size].set(new.astype(pool.dtype), mode="drop")
 
 
 __all__ = [
@@ -67,5 +65,5 @@ __all__ = [
     "paged_attention",
     "paged_tree_attention_reference",
     "slots_for",
-    "write_kv_layer",
+    "write_kv",
 ]

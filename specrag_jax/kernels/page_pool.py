@@ -1,6 +1,7 @@
 """KV page pool layout and a reference-counted page allocator.
 
-Pool layout: K and V are each ``[num_layers, num_pages, page_size, num_kv_heads, head_dim]``. Page 0 is a
+Pool layout: per layer, K and V are each ``[num_pages, page_size, num_kv_heads, head_dim]`` (one buffer
+per layer, so a layer reads and writes its pages without slicing a larger array). Page 0 is a
 reserved *null page*: never handed out, used to pad page tables, never read unmasked. A flat slot is
 ``page * page_size + offset``.
 """
@@ -25,18 +26,18 @@ class PoolExhausted(SpecRagError):
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class KVPool:
-    """The K and V page pools of all layers (a pytree, donated to jitted steps)."""
+    """The K and V page pools of all layers (tuples of per-layer arrays; a pytree donated to jitted steps)."""
 
-    k: jax.Array
-    v: jax.Array
+    k: tuple[jax.Array, ...]
+    v: tuple[jax.Array, ...]
 
     @property
     def num_pages(self) -> int:
-        return int(self.k.shape[1])
+        return int(self.k[0].shape[0])
 
     @property
     def page_size(self) -> int:
-        return int(self.k.shape[2])
+        return int(self.k[0].shape[1])
 
 
 def make_pool(
@@ -45,8 +46,11 @@ def make_pool(
     """Zero-filled pool (page 0 included as the null page)."""
     if num_pages < 2 or page_size < 1:
         raise SpecRagError(f"a KV pool needs >= 2 pages and page_size >= 1 (got {num_pages}, {page_size})")
-    shape = (num_layers, num_pages, page_size, num_kv_heads, head_dim)
-    return KVPool(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
+    shape = (num_pages, page_size, num_kv_heads, head_dim)
+    return KVPool(
+        k=tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
+        v=tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
+    )
 
 
 class PageAllocator:

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specrag_jax.kernels import paged_attention, write_kv_layer
+from specrag_jax.kernels import paged_attention, write_kv
 from specrag_jax.kernels.metadata import AttentionMetadata
 from specrag_jax.models.config import ModelConfig
 
@@ -26,11 +26,10 @@ class RMSNorm(nn.Module):
         return (y * scale.astype(jnp.float32)).astype(x.dtype)
 
 
-def rope_inv_freqs(cfg: ModelConfig) -> np.ndarray:
-    """[num_layers, head_dim // 2] float32 inverse frequencies (per-layer base for Gemma 3)."""
-    exponents = np.arange(0, cfg.head_dim, 2, dtype=np.float32) / np.float32(cfg.head_dim)
-    thetas = np.asarray(cfg.layer_rope_thetas(), np.float32)[:, None]
-    return (1.0 / np.power(thetas, exponents[None, :])).astype(np.float32)
+def rope_inv_freq(head_dim: int, theta: float) -> np.ndarray:
+    """[head_dim // 2] float32 inverse frequencies, computed as Hugging Face does (float32 powers)."""
+    exponents = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+    return (1.0 / np.power(np.float32(theta), exponents)).astype(np.float32)
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
@@ -63,23 +62,18 @@ class GatedMLP(nn.Module):
 
 
 class PagedAttention(nn.Module):
-    """Multi-head GQA attention that writes its K/V into the page pool and reads the cached prefix."""
+    """GQA attention over the cached prefix (this layer's pages) and the chunk; stores the chunk's K/V."""
 
     cfg: ModelConfig
+    window: int = 0
+    rope_theta: float = 10000.0
     dtype: jnp.dtype = jnp.float32
     attention_impl: str = "reference"
     tree: bool = False
 
     @nn.compact
     def __call__(
-        self,
-        x: jax.Array,
-        meta: AttentionMetadata,
-        k_pool: jax.Array,
-        v_pool: jax.Array,
-        layer: jax.Array,
-        window: jax.Array,
-        inv_freq: jax.Array,
+        self, x: jax.Array, meta: AttentionMetadata, k_pool: jax.Array, v_pool: jax.Array
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
         cfg = self.cfg
         t = x.shape[0]
@@ -90,14 +84,13 @@ class PagedAttention(nn.Module):
         if cfg.qk_norm:
             q = RMSNorm(cfg.rms_norm_eps, name="q_norm")(q)
             k = RMSNorm(cfg.rms_norm_eps, name="k_norm")(k)
+        inv_freq = jnp.asarray(rope_inv_freq(cfg.head_dim, self.rope_theta))
         q = apply_rope(q, meta.positions, inv_freq)
         k = apply_rope(k, meta.positions, inv_freq)
-        k_pool = write_kv_layer(k_pool, layer, k, meta.write_slots)
-        v_pool = write_kv_layer(v_pool, layer, v, meta.write_slots)
         out = paged_attention(
-            q, k, v, k_pool[layer], v_pool[layer], meta,
-            scale=cfg.attn_scale, window=window, softcap=cfg.attn_logit_softcap,
+            q, k, v, k_pool, v_pool, meta,
+            scale=cfg.attn_scale, window=self.window, softcap=cfg.attn_logit_softcap,
             tree=self.tree, impl=self.attention_impl,
         )
         out = dense(cfg.hidden_size, "o")(out.reshape(t, cfg.num_heads * cfg.head_dim))
-        return out, k_pool, v_pool
+        return out, write_kv(k_pool, k, meta.write_slots), write_kv(v_pool, v, meta.write_slots)

@@ -20,7 +20,7 @@ from specrag_jax.kernels import ATTENTION_IMPLS, NULL_PAGE, AttentionMetadata, K
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.sampling import sample_tokens
 from specrag_jax.models.scoring import token_logprobs
-from specrag_jax.models.transformer import Decoder, logits_at
+from specrag_jax.models.transformer import Decoder, logits_at, unstack_layers
 
 
 def bucket(n: int, minimum: int = 1) -> int:
@@ -99,7 +99,10 @@ class ModelRunner:
         if attention_impl not in ATTENTION_IMPLS:
             raise SpecRagError(f"unknown attention_impl {attention_impl!r}; choose one of {ATTENTION_IMPLS}")
         self.cfg = cfg
-        self.params = params
+        # Commit parameters and pool to one device: jit keys its cache on placement, and the steps' outputs
+        # are committed, so uncommitted inputs would compile every program a second time.
+        self.device = jax.devices()[0]
+        self.params = jax.device_put(unstack_layers(params, cfg.num_layers), self.device)
         self.dtype = str(jax.tree_util.tree_leaves(params)[0].dtype)
         self.page_size = page_size
         self.max_seq_len = min(max_seq_len, cfg.max_position_embeddings)
@@ -107,8 +110,9 @@ class ModelRunner:
         self.attention_impl = attention_impl
         self.min_token_bucket = min_token_bucket
         self.min_page_bucket = min(min_page_bucket, bucket(self.max_pages_per_seq))
-        self.pool: KVPool = make_pool(
-            cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim, jnp.dtype(self.dtype)
+        self.pool: KVPool = jax.device_put(
+            make_pool(cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim, jnp.dtype(self.dtype)),
+            self.device,
         )
         self.allocator = PageAllocator(num_pages)
 

@@ -15,26 +15,26 @@ import numpy as np
 from specrag_jax.kernels import KVPool
 from specrag_jax.kernels.metadata import AttentionMetadata
 from specrag_jax.models.config import ModelConfig
-from specrag_jax.models.layers import GatedMLP, PagedAttention, RMSNorm, rope_inv_freqs
+from specrag_jax.models.layers import GatedMLP, PagedAttention, RMSNorm
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm block (Gemma 3 adds post-norms: the "sandwich")."""
+    """Pre-norm block (Gemma 3 adds post-norms: the "sandwich"). Writes its K/V into its own pages."""
 
     cfg: ModelConfig
+    window: int = 0
+    rope_theta: float = 10000.0
     dtype: jnp.dtype = jnp.float32
     attention_impl: str = "reference"
     tree: bool = False
 
     @nn.compact
-    def __call__(self, carry, layer_inputs, meta: AttentionMetadata):
-        x, k_pool, v_pool = carry
-        layer, window, inv_freq = layer_inputs
+    def __call__(self, x, meta: AttentionMetadata, k_pool: jax.Array, v_pool: jax.Array):
         cfg = self.cfg
         h = RMSNorm(cfg.rms_norm_eps, name="attn_norm")(x)
-        h, k_pool, v_pool = PagedAttention(cfg, self.dtype, self.attention_impl, self.tree, name="attn")(
-            h, meta, k_pool, v_pool, layer, window, inv_freq
-        )
+        attn = PagedAttention(cfg, self.window, self.rope_theta, self.dtype, self.attention_impl, self.tree,
+                              name="attn")
+        h, k_pool, v_pool = attn(h, meta, k_pool, v_pool)
         if cfg.sandwich_norm:
             h = RMSNorm(cfg.rms_norm_eps, name="post_attn_norm")(h)
         x = x + h
@@ -42,11 +42,16 @@ class DecoderLayer(nn.Module):
         h = GatedMLP(cfg, self.dtype, name="mlp")(h)
         if cfg.sandwich_norm:
             h = RMSNorm(cfg.rms_norm_eps, name="post_mlp_norm")(h)
-        return (x + h, k_pool, v_pool), None
+        return x + h, k_pool, v_pool
 
 
 class Decoder(nn.Module):
-    """Embeds packed tokens, runs all layers over the paged pool, returns final-normed hidden states."""
+    """Embeds packed tokens, runs all layers over the paged pool, returns final-normed hidden states.
+
+    Parameters are per layer (``layers_0`` .. ``layers_{L-1}``, see ``unstack_layers``): a Python loop over
+    separate weight buffers lets XLA's CPU matmuls read weights in place, which is twice as fast at decode
+    as slicing a stacked array inside ``scan`` (measured: 25 ms vs 48 ms per SmolLM2 step).
+    """
 
     cfg: ModelConfig
     dtype: jnp.dtype = jnp.float32
@@ -56,42 +61,49 @@ class Decoder(nn.Module):
     @nn.compact
     def __call__(self, tokens: jax.Array, meta: AttentionMetadata, pool: KVPool) -> tuple[jax.Array, KVPool]:
         cfg = self.cfg
-        embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype, name="embed")
-        x = embed(tokens)
+        x = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype, name="embed")(tokens)
         if cfg.embed_scale:
             x = x * jnp.asarray(cfg.hidden_size**0.5, self.dtype)
-        layer_inputs = (
-            jnp.arange(cfg.num_layers, dtype=jnp.int32),
-            jnp.asarray(cfg.layer_windows(), jnp.int32),
-            jnp.asarray(rope_inv_freqs(cfg)),
-        )
-        stack = nn.scan(
-            DecoderLayer,
-            variable_axes={"params": 0},
-            split_rngs={"params": True},
-            in_axes=(0, nn.broadcast),
-            length=cfg.num_layers,
-        )
-        (x, k_pool, v_pool), _ = stack(cfg, self.dtype, self.attention_impl, self.tree, name="layers")(
-            (x, pool.k, pool.v), layer_inputs, meta
-        )
+        k_pages, v_pages = list(pool.k), list(pool.v)
+        windows, thetas = cfg.layer_windows(), cfg.layer_rope_thetas()
+        for i in range(cfg.num_layers):
+            layer = DecoderLayer(cfg, windows[i], thetas[i], self.dtype, self.attention_impl, self.tree,
+                                 name=f"layers_{i}")
+            x, k_pages[i], v_pages[i] = layer(x, meta, k_pages[i], v_pages[i])
         x = RMSNorm(cfg.rms_norm_eps, name="final_norm")(x)
         if not cfg.tie_embeddings and self.is_initializing():  # create the head; logits_at applies it
             nn.Dense(cfg.vocab_size, use_bias=False, dtype=self.dtype, name="lm_head")(x[:1])
-        return x, KVPool(k=k_pool, v=v_pool)
+        return x, KVPool(k=tuple(k_pages), v=tuple(v_pages))
 
 
-def output_embedding(params: dict, cfg: ModelConfig) -> jax.Array:
-    """[hidden, vocab] matrix that maps hidden states to logits."""
-    if cfg.tie_embeddings:
-        return params["embed"]["embedding"].T
-    return params["lm_head"]["kernel"]
+def unstack_layers(params: dict, num_layers: int) -> dict:
+    """Stacked interchange layout (``layers`` with a leading L axis; see config.py) -> per-layer layout."""
+    if "layers" not in params:
+        return params
+    out = {k: v for k, v in params.items() if k != "layers"}
+    for i in range(num_layers):
+        out[f"layers_{i}"] = jax.tree_util.tree_map(lambda a, i=i: a[i], params["layers"])
+    return out
+
+
+def stack_layers(params: dict, num_layers: int) -> dict:
+    """Per-layer layout -> stacked interchange layout (inverse of ``unstack_layers``)."""
+    if "layers" in params:
+        return params
+    out = {k: v for k, v in params.items() if not k.startswith("layers_")}
+    per_layer = [params[f"layers_{i}"] for i in range(num_layers)]
+    out["layers"] = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *per_layer)
+    return out
 
 
 def logits_at(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """float32 logits [R, vocab] for the given [R, hidden] rows (final soft-cap applied)."""
-    w = output_embedding(params, cfg)
-    logits = jnp.dot(hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
+    if cfg.tie_embeddings:  # contract against [vocab, hidden] directly: no transposed copy of the table
+        w = params["embed"]["embedding"]
+        logits = jnp.einsum("rh,vh->rv", hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
+    else:
+        w = params["lm_head"]["kernel"]
+        logits = jnp.dot(hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
     if cfg.final_logit_softcap is not None:
         logits = cfg.final_logit_softcap * jnp.tanh(logits / cfg.final_logit_softcap)
     return logits
@@ -113,7 +125,7 @@ def init_params(cfg: ModelConfig, seed: int = 0, dtype=jnp.float32) -> dict:
         kv_lens=jnp.zeros(1, jnp.int32),
     )
     variables = Decoder(cfg, dtype).init(jax.random.PRNGKey(seed), jnp.zeros(2, jnp.int32), meta, pool)
-    params = jax.tree_util.tree_map(lambda a: a.astype(dtype), variables["params"])
+    params = stack_layers(jax.tree_util.tree_map(lambda a: a.astype(dtype), variables["params"]), cfg.num_layers)
     # Norm scales start at 1; give them some spread so tests exercise them.
     rng = np.random.default_rng(seed)
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specrag_jax.kernels import AttentionMetadata, ancestor_mask, paged_tree_attention_reference, write_kv_layer
+from specrag_jax.kernels import AttentionMetadata, ancestor_mask, paged_tree_attention_reference, write_kv
 
 
 def brute_force(q, k_new, v_new, k_pool, v_pool, seqs, scale, window, softcap):
@@ -114,11 +114,10 @@ def test_ancestor_mask_deep_chain_and_forest():
     assert m[10].tolist() == [False] * 9 + [True, True, False, False]
 
 
-def test_write_kv_layer_drops_out_of_range_slots():
-    pool = jnp.zeros((2, 3, 4, 1, 2), jnp.float32)
-    new = np.ones((3, 1, 2), np.float32)
-    out = np.asarray(write_kv_layer(pool, 1, new, np.array([5, 12, 99], np.int32)))
-    assert out[1, 1, 1].sum() == 2  # slot 5 = page 1, offset 1
+def test_write_kv_drops_out_of_range_slots():
+    pool = jnp.zeros((3, 4, 1, 2), jnp.float32)
+    out = np.asarray(write_kv(pool, np.ones((3, 1, 2), np.float32), np.array([5, 12, 99], np.int32)))
+    assert out[1, 1].sum() == 2  # slot 5 = page 1, offset 1
     assert out.sum() == 2  # 12 and 99 are outside a 3x4 pool
 
 
