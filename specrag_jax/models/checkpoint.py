@@ -1,0 +1,171 @@
+"""Orbax save/restore of converted parameters, and an on-disk cache of converted models.
+
+A cache entry is a directory ``<cache_dir>/<stem>-<dtype>-<hash>/`` holding ``params/`` (an Orbax
+``StandardCheckpointer`` checkpoint), ``config.json`` (the ``ModelConfig``), ``key.json`` (what the
+entry was built from) and ``files.json`` (every file under ``params/`` with its size). Entries are
+built in a temporary sibling directory and renamed into place, so a reader never sees half of
+one; an entry whose file list, config or arrays do not check out is deleted and rebuilt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import orbax.checkpoint as ocp
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.models.config import ModelConfig, param_shapes
+
+CACHE_FORMAT = 1  # bump when the conversion changes, so old entries are not reused
+CACHE_ENV = "SPECRAG_CACHE_DIR"
+DTYPES = ("float32", "bfloat16")
+
+
+def default_cache_dir() -> Path:
+    """``$SPECRAG_CACHE_DIR`` or ``~/.cache/specrag_jax/params``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "specrag_jax" / "params"
+
+
+def config_to_json(cfg: ModelConfig) -> str:
+    return json.dumps(dataclasses.asdict(cfg), indent=1, sort_keys=True)
+
+
+def config_from_json(text: str) -> ModelConfig:
+    data = json.loads(text)
+    data["eos_token_ids"] = tuple(data.get("eos_token_ids", ()))
+    return ModelConfig(**data)
+
+
+def save_params(directory: str | Path, params: dict[str, Any]) -> None:
+    """Write ``params`` (jax arrays) as an Orbax checkpoint at ``directory`` (must not exist)."""
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(Path(directory).absolute(), params)
+        ckptr.wait_until_finished()
+
+
+def abstract_params(cfg: ModelConfig, dtype: str) -> dict[str, Any]:
+    """``param_shapes(cfg)`` as ``jax.ShapeDtypeStruct`` leaves on the default device."""
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.tree.map(
+        lambda shape: jax.ShapeDtypeStruct(tuple(shape), jax.numpy.dtype(dtype), sharding=sharding),
+        param_shapes(cfg),
+        is_leaf=lambda x: isinstance(x, tuple),
+    )
+
+
+def restore_params(directory: str | Path, cfg: ModelConfig, dtype: str) -> dict[str, Any]:
+    """Restore an Orbax checkpoint into exactly the tree (shapes and dtype) ``cfg`` needs."""
+    with ocp.StandardCheckpointer() as ckptr:
+        return ckptr.restore(Path(directory).absolute(), abstract_params(cfg, dtype))
+
+
+def source_fingerprint(source: Path) -> list[list[Any]]:
+    """(relative name, size, mtime_ns) of the source file, or of config/weights in a directory."""
+    if source.is_dir():
+        files = sorted(p for p in source.iterdir() if p.suffix in (".json", ".safetensors") and p.is_file())
+    else:
+        files = [source]
+    return [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+
+
+def cache_key(source: str | Path, dtype: str) -> dict[str, Any]:
+    source = Path(source).absolute()
+    return {"path": str(source), "files": source_fingerprint(source), "dtype": dtype, "format": CACHE_FORMAT}
+
+
+def entry_dir(cache_dir: Path, key: dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return cache_dir / f"{Path(key['path']).stem}-{key['dtype']}-{digest}"
+
+
+def _file_list(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _read_entry(entry: Path, key: dict[str, Any]) -> tuple[ModelConfig, dict[str, Any]]:
+    if json.loads((entry / "key.json").read_text()) != key:
+        raise ValueError("key mismatch")
+    if _file_list(entry / "params") != json.loads((entry / "files.json").read_text()):
+        raise ValueError("file list mismatch")
+    cfg = config_from_json((entry / "config.json").read_text())
+    return cfg, restore_params(entry / "params", cfg, key["dtype"])
+
+
+def _write_entry(cache_dir: Path, entry: Path, key: dict[str, Any], cfg: ModelConfig, params: dict[str, Any]) -> None:
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.name}-", dir=cache_dir))
+    try:
+        save_params(tmp / "params", params)
+        (tmp / "config.json").write_text(config_to_json(cfg))
+        (tmp / "key.json").write_text(json.dumps(key, sort_keys=True))
+        (tmp / "files.json").write_text(json.dumps(_file_list(tmp / "params")))
+        try:
+            os.rename(tmp, entry)
+        except OSError:  # another process finished the same entry first
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for other in cache_dir.glob(f"{Path(key['path']).stem}-{key['dtype']}-*"):
+        if other != entry and _stale_for(other, key):
+            shutil.rmtree(other, ignore_errors=True)
+
+
+def _stale_for(other: Path, key: dict[str, Any]) -> bool:
+    """True if ``other`` is an older entry for the same source and dtype."""
+    try:
+        old = json.loads((other / "key.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return old.get("path") == key["path"] and old.get("dtype") == key["dtype"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheResult:
+    """What ``load_params_cached`` did: ``hit`` is True when the params came from ``entry``."""
+
+    hit: bool
+    entry: Path | None
+    rebuilt_corrupt: bool = False
+
+
+def load_params_cached(
+    source_path: str | Path,
+    loader: Callable[[], tuple[ModelConfig, dict[str, Any]]],
+    cache_dir: str | Path | None = None,
+    dtype: str = "float32",
+) -> tuple[ModelConfig, dict[str, Any], CacheResult]:
+    """Return ``(cfg, params)`` for ``source_path`` from the cache, or call ``loader()`` and cache it.
+
+    ``loader`` must return params as jax arrays already cast to ``dtype``. The cache key is the
+    absolute source path, its size and mtime, the dtype and ``CACHE_FORMAT``; an unreadable or
+    incomplete entry is removed and rebuilt. Cache write failures never fail the load.
+    """
+    if dtype not in DTYPES:
+        raise SpecRagError(f"unsupported dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    key = cache_key(source_path, dtype)
+    entry = entry_dir(cache_dir, key)
+    corrupt = False
+    if entry.is_dir():
+        try:
+            cfg, params = _read_entry(entry, key)
+            return cfg, params, CacheResult(hit=True, entry=entry)
+        except Exception:  # corrupt, partial or from an incompatible version: rebuild it
+            corrupt = True
+            shutil.rmtree(entry, ignore_errors=True)
+    cfg, params = loader()
+    try:
+        _write_entry(cache_dir, entry, key, cfg, params)
+    except Exception as exc:  # a full disk or read-only cache must not fail the load
+        warnings.warn(f"could not write parameter cache {entry}: {exc}")
+    return cfg, params, CacheResult(hit=False, entry=entry if entry.is_dir() else None, rebuilt_corrupt=corrupt)

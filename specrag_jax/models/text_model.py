@@ -1,0 +1,116 @@
+"""TextModel: a loaded model + tokenizer + runner, generating text with stop strings and timings."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Sequence
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.models.generation import GenerationResult, Generator
+from specrag_jax.models.loading import load_model_params
+from specrag_jax.models.runner import ModelRunner
+from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.tokenizer import Tokenizer, load_tokenizer
+
+
+@dataclasses.dataclass
+class TextResult:
+    """One generated continuation."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    num_prompt_tokens: int
+    prefill_s: float
+    decode_s: float
+
+
+def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+class TextModel:
+    """Everything needed to turn prompts into text with one model."""
+
+    def __init__(self, name: str, runner: ModelRunner, tokenizer: Tokenizer, load_s: float = 0.0) -> None:
+        self.name = name
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.load_s = load_s
+        eos = set(tokenizer.eos_ids) | set(runner.cfg.eos_token_ids)
+        self.generator = Generator(runner, sorted(eos))
+
+    @classmethod
+    def load(
+        cls,
+        name_or_path: str,
+        *,
+        dtype: str = "float32",
+        max_seq_len: int = 2048,
+        num_pages: int | None = None,
+        page_size: int = 16,
+        max_batch: int = 4,
+        attention_impl: str = "reference",
+        cache: bool = True,
+    ) -> "TextModel":
+        """Load weights (GGUF or HF directory, cached via orbax) and the tokenizer."""
+        t0 = time.perf_counter()
+        cfg, params = load_model_params(name_or_path, dtype=dtype, cache=cache)
+        tokenizer = load_tokenizer(name_or_path)
+        max_seq_len = min(max_seq_len, cfg.max_position_embeddings)
+        if num_pages is None:
+            num_pages = max_batch * -(-max_seq_len // page_size) + 1
+        runner = ModelRunner(cfg, params, num_pages=num_pages, page_size=page_size, max_seq_len=max_seq_len,
+                             attention_impl=attention_impl)
+        return cls(name_or_path, runner, tokenizer, time.perf_counter() - t0)
+
+    def encode_prompt(self, prompt: str, chat: bool = False) -> list[int]:
+        """Token ids of a prompt (optionally wrapped in the model's chat template); BOS per the tokenizer."""
+        if not prompt:
+            raise SpecRagError("empty prompt: nothing to generate from")
+        if chat:
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+            ids = self.tokenizer.encode(text, add_bos=False)
+            bos = self.tokenizer.bos_id
+            if self.tokenizer.add_bos_default and bos is not None and (not ids or ids[0] != bos):
+                ids = [bos] + ids
+            return ids
+        return self.tokenizer.encode(prompt, add_bos=self.tokenizer.add_bos_default)
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        sampling: SamplingParams = SamplingParams(),
+        max_new_tokens: int = 64,
+        stop: Sequence[str] = (),
+        chat: bool = False,
+    ) -> list[TextResult]:
+        """Generate for a batch of prompts; text is cut at the first stop string."""
+        ids = [self.encode_prompt(p, chat) for p in prompts]
+        return self.generate_ids(ids, sampling, max_new_tokens, stop)
+
+    def generate_ids(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+        max_new_tokens: int = 64,
+        stop: Sequence[str] = (),
+    ) -> list[TextResult]:
+        """Generate from token ids; stop strings are checked on the decoded text as tokens arrive."""
+        stops = [s for s in stop if s]
+        decode = self.tokenizer.decode
+
+        def stop_fn(_row: int, out: list[int]) -> bool:
+            tail = decode(out[-16:])  # a stop string is short; look at the recent text only
+            return any(s in tail for s in stops)
+
+        results = self.generator.generate(prompt_ids, sampling, max_new_tokens, stop_fn if stops else None)
+        return [self._to_text(r, stops) for r in results]
+
+    def _to_text(self, r: GenerationResult, stops: Sequence[str]) -> TextResult:
+        text, _ = _cut_at_stop(self.tokenizer.decode(r.token_ids), stops)
+        return TextResult(text, r.token_ids, r.logprobs, r.finish_reason, r.num_prompt_tokens, r.prefill_s,
+                          r.decode_s)
