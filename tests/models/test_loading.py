@@ -75,17 +75,13 @@ def assert_matches_torch(cfg, params, state_dict, atol: float = 1e-6) -> None:
 
 
 @pytest.fixture(scope="module", params=MODELS)
-def real_model(request):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    path = resolve_model_path(request.param)
+def real_model(request, hf_reference):
     cfg, params = load_model_params(request.param, cache=False)
     seconds = last_load_info().seconds
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    model = hf_reference(request.param)
     print(f"\n{request.param}: our load {seconds:.1f}s (uncached)")
     yield request.param, cfg, params, model.state_dict()
-    del model, params
+    del params
 
 
 @pytest.mark.slow

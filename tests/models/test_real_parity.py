@@ -11,7 +11,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from specrag_jax.models.generation import greedy_generate  # noqa: E402
-from specrag_jax.models.registry import resolve_model_path  # noqa: E402
 from specrag_jax.models.text_model import TextModel  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -25,15 +24,10 @@ def long_prompt_text() -> str:
 
 
 @pytest.fixture(scope="module", params=["gemma3-270m", "smollm2-135m-instruct"])
-def pair(request):
+def pair(request, hf_reference):
     ours = TextModel.load(request.param, max_seq_len=1024, max_batch=1)
-    path = resolve_model_path(request.param)
-    torch.set_num_threads(2)
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, torch_dtype=torch.float32
-    ).eval()
-    yield ours, theirs
-    del theirs
+    yield ours, hf_reference(request.param)
+    del ours
     gc.collect()
 
 
