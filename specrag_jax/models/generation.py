@@ -10,7 +10,8 @@ import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import pages_needed
-from specrag_jax.models.runner import Chunk, ModelRunner, bucket
+from specrag_jax.models.packing import Chunk, bucket
+from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling import SamplingParams
 
 StopFn = Callable[[int, list[int]], bool]

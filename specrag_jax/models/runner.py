@@ -1,13 +1,10 @@
-"""ModelRunner: owns parameters, the KV page pool and the jitted step; packs chunks into bucketed steps.
+"""ModelRunner: owns parameters, the KV page pool and the jitted steps (the executor the pipeline calls).
 
-A *chunk* is the new tokens of one sequence in a step (a prompt piece, one decode token, or a token tree
-for verification). The runner pads the packed tokens, sequence count and page-table width to buckets so
-the number of compiled programs stays small and fixed, and donates the pool so it updates in place.
+Steps arrive as packed chunks (``packing.py``); the pool is donated so it updates in place.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Sequence
 
@@ -16,46 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.kernels import ATTENTION_IMPLS, NULL_PAGE, AttentionMetadata, KVPool, PageAllocator, make_pool
+from specrag_jax.kernels import ATTENTION_IMPLS, KVPool, PageAllocator, make_pool
+from specrag_jax.models.packing import Chunk, PackedStep, bucket, pack_chunks
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.sampling import sample_tokens
 from specrag_jax.models.scoring import token_logprobs
 from specrag_jax.models.transformer import Decoder, logits_at, unstack_layers
-
-
-def bucket(n: int, minimum: int = 1) -> int:
-    """Smallest power of two >= max(n, minimum)."""
-    n = max(n, minimum, 1)
-    return 1 << (n - 1).bit_length()
-
-
-@dataclasses.dataclass
-class Chunk:
-    """New tokens of one sequence in one step.
-
-    pages: the sequence's pages (enough for kv_len + len(tokens) when ``write``).
-    parents: chunk-local parent of each token (-1 = attaches to the cached prefix); default a causal chain.
-    positions: RoPE positions; default ``kv_len + arange``.
-    write: store this chunk's K/V in the pool at logical slots kv_len.. (False for throw-away trees).
-    rows: chunk-local token indices whose next-token distribution is wanted (sampling or scoring).
-    """
-
-    pages: Sequence[int]
-    kv_len: int
-    tokens: Sequence[int]
-    parents: Sequence[int] | None = None
-    positions: Sequence[int] | None = None
-    write: bool = True
-    rows: Sequence[int] = ()
-
-
-@dataclasses.dataclass
-class PackedStep:
-    tokens: np.ndarray
-    meta: AttentionMetadata
-    rows: np.ndarray  # packed indices of the wanted rows, padded
-    num_rows: int
-    tree: bool
 
 
 @functools.partial(
@@ -118,53 +81,12 @@ class ModelRunner:
 
     # ---------------------------------------------------------------- packing
     def pack(self, chunks: Sequence[Chunk], *, token_bucket: int | None = None) -> PackedStep:
-        """Pad and pack chunks into one step's arrays (host side, numpy)."""
-        if not chunks:
-            raise SpecRagError("a step needs at least one chunk")
-        total = sum(len(c.tokens) for c in chunks)
-        t_pad = token_bucket or bucket(total, self.min_token_bucket)
-        s_pad = bucket(len(chunks))
-        widest = max(max(len(c.pages), 1) for c in chunks)
-        p_pad = min(bucket(widest, self.min_page_bucket), bucket(self.max_pages_per_seq))
-        drop = self.pool.num_pages * self.page_size  # any slot >= this is not written
-        tokens = np.zeros(t_pad, np.int32)
-        token_seq = np.zeros(t_pad, np.int32)
-        positions = np.zeros(t_pad, np.int32)
-        parents = np.full(t_pad, -1, np.int32)
-        valid = np.zeros(t_pad, bool)
-        write_slots = np.full(t_pad, drop, np.int32)
-        page_table = np.full((s_pad, p_pad), NULL_PAGE, np.int32)
-        kv_lens = np.zeros(s_pad, np.int32)
-        rows: list[int] = []
-        tree = False
-        start = 0
-        for s, c in enumerate(chunks):
-            n = len(c.tokens)
-            end = start + n
-            page_table[s, : len(c.pages)] = c.pages
-            kv_lens[s] = c.kv_len
-            tokens[start:end] = c.tokens
-            token_seq[start:end] = s
-            valid[start:end] = True
-            positions[start:end] = c.positions if c.positions is not None else c.kv_len + np.arange(n)
-            local = np.arange(n) - 1 if c.parents is None else np.asarray(c.parents, np.int64)
-            if c.parents is not None and np.any(local != np.arange(n) - 1):
-                tree = True
-            parents[start:end] = np.where(local < 0, -1, local + start)
-            if c.write:
-                logical = c.kv_len + np.arange(n)
-                page_ids = np.asarray(c.pages, np.int64)[logical // self.page_size]
-                write_slots[start:end] = page_ids * self.page_size + logical % self.page_size
-            rows.extend(start + int(r) for r in c.rows)
-            start = end
-        r_pad = bucket(max(len(rows), 1))
-        row_arr = np.zeros(r_pad, np.int32)
-        row_arr[: len(rows)] = rows
-        meta = AttentionMetadata(
-            token_seq=token_seq, positions=positions, parents=parents, token_valid=valid,
-            write_slots=write_slots, page_table=page_table, kv_lens=kv_lens,
+        """Pad and pack chunks into one step's arrays (see ``packing.pack_chunks``)."""
+        return pack_chunks(
+            chunks, page_size=self.page_size, num_slots=self.pool.num_pages * self.page_size,
+            min_token_bucket=self.min_token_bucket, min_page_bucket=self.min_page_bucket,
+            max_page_bucket=bucket(self.max_pages_per_seq), token_bucket=token_bucket,
         )
-        return PackedStep(tokens, meta, row_arr, len(rows), tree)
 
     # ---------------------------------------------------------------- execution
     def sample(self, step: PackedStep, temperature, top_k, top_p, seeds, steps) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,111 @@
+"""Packing: the new tokens of several sequences (chunks) into one bucketed step's host arrays.
+
+A *chunk* is the new tokens of one sequence in a step (a prompt piece, one decode token, or a token tree
+for verification). Token count, sequence count and page-table width are padded to powers of two so the
+number of compiled programs stays small and fixed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.kernels import NULL_PAGE, AttentionMetadata
+
+
+def bucket(n: int, minimum: int = 1) -> int:
+    """Smallest power of two >= max(n, minimum)."""
+    n = max(n, minimum, 1)
+    return 1 << (n - 1).bit_length()
+
+
+@dataclasses.dataclass
+class Chunk:
+    """New tokens of one sequence in one step.
+
+    pages: the sequence's pages (enough for kv_len + len(tokens) when ``write``).
+    parents: chunk-local parent of each token (-1 = attaches to the cached prefix); default a causal chain.
+    positions: RoPE positions; default ``kv_len + arange``.
+    write: store this chunk's K/V in the pool at logical slots kv_len.. (False for throw-away trees).
+    rows: chunk-local token indices whose next-token distribution is wanted (sampling or scoring).
+    """
+
+    pages: Sequence[int]
+    kv_len: int
+    tokens: Sequence[int]
+    parents: Sequence[int] | None = None
+    positions: Sequence[int] | None = None
+    write: bool = True
+    rows: Sequence[int] = ()
+
+
+@dataclasses.dataclass
+class PackedStep:
+    tokens: np.ndarray
+    meta: AttentionMetadata
+    rows: np.ndarray  # packed indices of the wanted rows, padded
+    num_rows: int
+    tree: bool
+
+
+def pack_chunks(
+    chunks: Sequence[Chunk],
+    *,
+    page_size: int,
+    num_slots: int,
+    min_token_bucket: int = 16,
+    min_page_bucket: int = 16,
+    max_page_bucket: int = 1 << 30,
+    token_bucket: int | None = None,
+) -> PackedStep:
+    """Pad and pack chunks into one step's arrays (numpy); ``num_slots`` = pool pages x page size."""
+
+    if not chunks:
+        raise SpecRagError("a step needs at least one chunk")
+    total = sum(len(c.tokens) for c in chunks)
+    t_pad = token_bucket or bucket(total, min_token_bucket)
+    s_pad = bucket(len(chunks))
+    widest = max(max(len(c.pages), 1) for c in chunks)
+    p_pad = min(bucket(widest, min_page_bucket), max_page_bucket)
+    drop = num_slots  # any slot >= this is not written
+    tokens = np.zeros(t_pad, np.int32)
+    token_seq = np.zeros(t_pad, np.int32)
+    positions = np.zeros(t_pad, np.int32)
+    parents = np.full(t_pad, -1, np.int32)
+    valid = np.zeros(t_pad, bool)
+    write_slots = np.full(t_pad, drop, np.int32)
+    page_table = np.full((s_pad, p_pad), NULL_PAGE, np.int32)
+    kv_lens = np.zeros(s_pad, np.int32)
+    rows: list[int] = []
+    tree = False
+    start = 0
+    for s, c in enumerate(chunks):
+        n = len(c.tokens)
+        end = start + n
+        page_table[s, : len(c.pages)] = c.pages
+        kv_lens[s] = c.kv_len
+        tokens[start:end] = c.tokens
+        token_seq[start:end] = s
+        valid[start:end] = True
+        positions[start:end] = c.positions if c.positions is not None else c.kv_len + np.arange(n)
+        local = np.arange(n) - 1 if c.parents is None else np.asarray(c.parents, np.int64)
+        if c.parents is not None and np.any(local != np.arange(n) - 1):
+            tree = True
+        parents[start:end] = np.where(local < 0, -1, local + start)
+        if c.write:
+            logical = c.kv_len + np.arange(n)
+            page_ids = np.asarray(c.pages, np.int64)[logical // page_size]
+            write_slots[start:end] = page_ids * page_size + logical % page_size
+        rows.extend(start + int(r) for r in c.rows)
+        start = end
+    r_pad = bucket(max(len(rows), 1))
+    row_arr = np.zeros(r_pad, np.int32)
+    row_arr[: len(rows)] = rows
+    meta = AttentionMetadata(
+        token_seq=token_seq, positions=positions, parents=parents, token_valid=valid,
+        write_slots=write_slots, page_table=page_table, kv_lens=kv_lens,
+    )
+    return PackedStep(tokens, meta, row_arr, len(rows), tree)
