@@ -17,7 +17,7 @@ from specrag_jax.kernels.page_pool import (
 )
 from specrag_jax.kernels.reference import paged_tree_attention_reference
 
-ATTENTION_IMPLS = ("reference",)
+ATTENTION_IMPLS = ("reference", "pallas")
 
 
 def paged_attention(
@@ -32,12 +32,32 @@ def paged_attention(
     window: jax.Array | int = 0,
     softcap: float | None = None,
     tree: bool = True,
+    decode: bool = False,
     impl: str = "reference",
+    plan=None,
 ) -> jax.Array:
-    """Dispatch to an attention implementation (see reference.py for the semantics)."""
+    """Dispatch to an implementation; every one has the semantics of ``paged_tree_attention_reference``.
+
+    impl "reference": plain jnp (the CPU path). impl "pallas": the paged decode kernel when ``decode`` (every
+    sequence's chunk is one token), else the tree kernel (``plan``: its prebuilt work lists, optional).
+    On a CPU host the Pallas kernels run in interpret mode (slow; for tests).
+    """
     if impl == "reference":
         return paged_tree_attention_reference(
             q, k_new, v_new, k_pool, v_pool, meta, scale=scale, window=window, softcap=softcap, tree=tree
+        )
+    if impl == "pallas":
+        if decode:
+            from specrag_jax.kernels.pallas_decode import paged_decode_attention_pallas
+
+            return paged_decode_attention_pallas(
+                q, k_new, v_new, k_pool, v_pool, meta, scale=scale, window=window, softcap=softcap
+            )
+        from specrag_jax.kernels.pallas_tree import paged_tree_attention_pallas
+
+        return paged_tree_attention_pallas(
+            q, k_new, v_new, k_pool, v_pool, meta, scale=scale, window=window, softcap=softcap, tree=tree,
+            plan=plan,
         )
     raise SpecRagError(f"unknown attention_impl {impl!r}; choose one of {', '.join(ATTENTION_IMPLS)}")
 

@@ -31,6 +31,15 @@ class AttentionMetadata:
     write_slots: jax.Array  # [T] flat pool slot (page * page_size + offset) to store K/V; out of range = drop
     page_table: jax.Array  # [S, P] page ids of each sequence
     kv_lens: jax.Array  # [S] cached tokens before this step
+    # Derived, optional: [T, T] bool ancestor-or-self mask of the chunk tokens (``ancestor_mask(parents)``).
+    # The model computes it once per step so its layers do not each rebuild it; None = compute on demand.
+    ancestors: jax.Array | None = None
+
+    def with_ancestors(self) -> "AttentionMetadata":
+        """A copy carrying the precomputed ancestor mask (a no-op when already present)."""
+        if self.ancestors is not None:
+            return self
+        return dataclasses.replace(self, ancestors=ancestor_mask(self.parents))
 
     @property
     def num_tokens(self) -> int:

@@ -56,42 +56,47 @@ def paged_tree_attention_reference(
     hkv = k_new.shape[1]
     g = hq // hkv
     f32 = jnp.float32
-    qg = q.reshape(t, hkv, g, d).astype(f32) * scale
+    # Head-major layout [Hkv, G, T, ...] so every einsum is a plain batched matmul (no big transposes).
+    qh = (q.reshape(t, hkv, g, d).astype(f32) * scale).transpose(1, 2, 0, 3)
     window = jnp.asarray(window, jnp.int32)
     pos = meta.positions
 
-    # Prefix part: every query against every sequence's gathered KV, then keep its own sequence's row.
+    # Prefix part: the query against its own sequence's KV, gathered through the page table.
     k_seq = gather_sequence_kv(k_pool, meta.page_table).astype(f32)  # [S, L, Hkv, D]
     v_seq = gather_sequence_kv(v_pool, meta.page_table).astype(f32)
     s_count, kv_len_max = k_seq.shape[0], k_seq.shape[1]
-    one_hot_seq = jax.nn.one_hot(meta.token_seq, s_count, dtype=f32)  # [T, S]
-    s_pre = jnp.einsum("tkgd,sjkd->tkgsj", qg, k_seq)
-    s_pre = jnp.einsum("tkgsj,ts->tkgj", s_pre, one_hot_seq)  # keep the token's own sequence
+    if s_count == 1:
+        s_pre = jnp.einsum("kgtd,jkd->kgtj", qh, k_seq[0])
+    else:  # score against every sequence, keep the token's own (cheap: few sequences in long steps)
+        one_hot_seq = jax.nn.one_hot(meta.token_seq, s_count, dtype=f32)  # [T, S]
+        s_pre = jnp.einsum("kgtsj,ts->kgtj", jnp.einsum("kgtd,sjkd->kgtsj", qh, k_seq), one_hot_seq)
     key_idx = jnp.arange(kv_len_max)
-    kv_len_t = meta.kv_lens[meta.token_seq]  # [T]
-    vis_pre = key_idx[None, :] < kv_len_t[:, None]
+    vis_pre = key_idx[None, :] < meta.kv_lens[meta.token_seq][:, None]
     vis_pre &= (window <= 0) | (pos[:, None] - key_idx[None, :] < window)
-    vis_pre &= meta.token_valid[:, None]
 
     # Chunk part: same sequence, ancestor-or-self.
     same_seq = meta.token_seq[:, None] == meta.token_seq[None, :]
     if tree:
-        related = ancestor_mask(meta.parents)
+        related = meta.ancestors if meta.ancestors is not None else ancestor_mask(meta.parents)
     else:
         idx = jnp.arange(t)
         related = idx[None, :] <= idx[:, None]
-    vis_chk = same_seq & related & meta.token_valid[:, None] & meta.token_valid[None, :]
+    vis_chk = same_seq & related & meta.token_valid[None, :]
     vis_chk &= (window <= 0) | (pos[:, None] - pos[None, :] < window)
-    s_chk = jnp.einsum("tkgd,ukd->tkgu", qg, k_new.astype(f32))
+    s_chk = jnp.einsum("kgtd,ukd->kgtu", qh, k_new.astype(f32))
 
-    s_pre = jnp.where(vis_pre[:, None, None, :], _softcap(s_pre, softcap), _NEG)
-    s_chk = jnp.where(vis_chk[:, None, None, :], _softcap(s_chk, softcap), _NEG)
+    # One softmax over both parts; hidden entries get a huge negative score, so exp() makes them 0.
+    s_pre = jnp.where(vis_pre, _softcap(s_pre, softcap), _NEG)
+    s_chk = jnp.where(vis_chk, _softcap(s_chk, softcap), _NEG)
     m = jnp.maximum(s_pre.max(-1), s_chk.max(-1))[..., None]
-    p_pre = jnp.where(vis_pre[:, None, None, :], jnp.exp(s_pre - m), 0.0)
-    p_chk = jnp.where(vis_chk[:, None, None, :], jnp.exp(s_chk - m), 0.0)
+    p_pre = jnp.exp(s_pre - m)
+    p_chk = jnp.exp(s_chk - m)
     denom = p_pre.sum(-1) + p_chk.sum(-1)
-    # Prefix values: weight each sequence's V by the token's one-hot row.
-    pv_pre = jnp.einsum("tkgj,ts,sjkd->tkgd", p_pre, one_hot_seq, v_seq)
-    pv_chk = jnp.einsum("tkgu,ukd->tkgd", p_chk, v_new.astype(f32))
-    out = (pv_pre + pv_chk) / jnp.maximum(denom, 1e-30)[..., None]
+    if s_count == 1:
+        pv_pre = jnp.einsum("kgtj,jkd->kgtd", p_pre, v_seq[0])
+    else:
+        pv_pre = jnp.einsum("kgtsj,sjkd->kgtd", p_pre[:, :, :, None, :] * one_hot_seq[:, :, None], v_seq)
+    pv_chk = jnp.einsum("kgtu,ukd->kgtd", p_chk, v_new.astype(f32))
+    out = (pv_pre + pv_chk) / denom[..., None]
+    out = jnp.where(meta.token_valid[:, None, None, None], out.transpose(2, 0, 1, 3), 0.0)  # padding rows -> 0
     return out.reshape(t, hq, d).astype(q.dtype)

@@ -70,10 +70,11 @@ class PagedAttention(nn.Module):
     dtype: jnp.dtype = jnp.float32
     attention_impl: str = "reference"
     tree: bool = False
+    decode: bool = False
 
     @nn.compact
     def __call__(
-        self, x: jax.Array, meta: AttentionMetadata, k_pool: jax.Array, v_pool: jax.Array
+        self, x: jax.Array, meta: AttentionMetadata, k_pool: jax.Array, v_pool: jax.Array, plan=None
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
         cfg = self.cfg
         t = x.shape[0]
@@ -90,7 +91,7 @@ class PagedAttention(nn.Module):
         out = paged_attention(
             q, k, v, k_pool, v_pool, meta,
             scale=cfg.attn_scale, window=self.window, softcap=cfg.attn_logit_softcap,
-            tree=self.tree, impl=self.attention_impl,
+            tree=self.tree, decode=self.decode, impl=self.attention_impl, plan=plan,
         )
         out = dense(cfg.hidden_size, "o")(out.reshape(t, cfg.num_heads * cfg.head_dim))
         return out, write_kv(k_pool, k, meta.write_slots), write_kv(v_pool, v, meta.write_slots)

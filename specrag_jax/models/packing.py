@@ -48,7 +48,8 @@ class PackedStep:
     meta: AttentionMetadata
     rows: np.ndarray  # packed indices of the wanted rows, padded
     num_rows: int
-    tree: bool
+    tree: bool  # some chunk is a token tree (not a causal chain)
+    decode: bool  # every chunk is a single token continuing its sequence
 
 
 def pack_chunks(
@@ -108,4 +109,5 @@ def pack_chunks(
         token_seq=token_seq, positions=positions, parents=parents, token_valid=valid,
         write_slots=write_slots, page_table=page_table, kv_lens=kv_lens,
     )
-    return PackedStep(tokens, meta, row_arr, len(rows), tree)
+    decode = all(len(c.tokens) == 1 and c.parents is None for c in chunks)
+    return PackedStep(tokens, meta, row_arr, len(rows), tree, decode)

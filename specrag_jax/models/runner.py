@@ -22,25 +22,25 @@ from specrag_jax.models.transformer import Decoder, logits_at, unstack_layers
 
 
 @functools.partial(
-    jax.jit, static_argnames=("cfg", "impl", "tree", "greedy_only", "dtype"), donate_argnames=("pool",)
+    jax.jit, static_argnames=("cfg", "impl", "tree", "decode", "greedy_only", "dtype"), donate_argnames=("pool",)
 )
 def _sample_step(params, pool, tokens, meta, rows, temperature, top_k, top_p, seeds, steps, *, cfg, impl, tree,
-                 greedy_only, dtype):
-    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree).apply({"params": params}, tokens, meta, pool)
+                 decode, greedy_only, dtype):
+    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode).apply({"params": params}, tokens, meta, pool)
     logits = logits_at(params, cfg, hidden[rows])
     ids, logprobs = sample_tokens(logits, temperature, top_k, top_p, seeds, steps, greedy_only=greedy_only)
     return ids, logprobs, pool
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "impl", "tree", "dtype"), donate_argnames=("pool",))
-def _score_step(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, dtype):
-    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree).apply({"params": params}, tokens, meta, pool)
+@functools.partial(jax.jit, static_argnames=("cfg", "impl", "tree", "decode", "dtype"), donate_argnames=("pool",))
+def _score_step(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, decode, dtype):
+    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode).apply({"params": params}, tokens, meta, pool)
     return token_logprobs(params, cfg, hidden[rows], targets), pool
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "impl", "tree", "dtype"), donate_argnames=("pool",))
-def _logits_step(params, pool, tokens, meta, rows, *, cfg, impl, tree, dtype):
-    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree).apply({"params": params}, tokens, meta, pool)
+@functools.partial(jax.jit, static_argnames=("cfg", "impl", "tree", "decode", "dtype"), donate_argnames=("pool",))
+def _logits_step(params, pool, tokens, meta, rows, *, cfg, impl, tree, decode, dtype):
+    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode).apply({"params": params}, tokens, meta, pool)
     return logits_at(params, cfg, hidden[rows]), pool
 
 
@@ -98,7 +98,8 @@ class ModelRunner:
         ids, logprobs, self.pool = _sample_step(
             self.params, self.pool, step.tokens, step.meta, step.rows, temperature,
             pad(top_k, np.int32), pad(top_p, np.float32), pad(seeds, np.uint32), pad(steps, np.int32),
-            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, greedy_only=greedy_only, dtype=self.dtype,
+            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode, greedy_only=greedy_only,
+            dtype=self.dtype,
         )
         return np.asarray(ids)[: step.num_rows], np.asarray(logprobs)[: step.num_rows]
 
@@ -108,7 +109,7 @@ class ModelRunner:
         tgt[: len(targets)] = targets
         logprobs, self.pool = _score_step(
             self.params, self.pool, step.tokens, step.meta, step.rows, tgt,
-            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, dtype=self.dtype,
+            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode, dtype=self.dtype,
         )
         return np.asarray(logprobs)[: step.num_rows]
 
@@ -116,6 +117,6 @@ class ModelRunner:
         """Run the step; full float32 logits [rows, vocab] at the wanted rows only (tests, parity checks)."""
         logits, self.pool = _logits_step(
             self.params, self.pool, step.tokens, step.meta, step.rows,
-            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, dtype=self.dtype,
+            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode, dtype=self.dtype,
         )
         return np.asarray(logits)[: step.num_rows]

@@ -27,14 +27,15 @@ class DecoderLayer(nn.Module):
     dtype: jnp.dtype = jnp.float32
     attention_impl: str = "reference"
     tree: bool = False
+    decode: bool = False
 
     @nn.compact
-    def __call__(self, x, meta: AttentionMetadata, k_pool: jax.Array, v_pool: jax.Array):
+    def __call__(self, x, meta: AttentionMetadata, k_pool: jax.Array, v_pool: jax.Array, plan=None):
         cfg = self.cfg
         h = RMSNorm(cfg.rms_norm_eps, name="attn_norm")(x)
         attn = PagedAttention(cfg, self.window, self.rope_theta, self.dtype, self.attention_impl, self.tree,
-                              name="attn")
-        h, k_pool, v_pool = attn(h, meta, k_pool, v_pool)
+                              self.decode, name="attn")
+        h, k_pool, v_pool = attn(h, meta, k_pool, v_pool, plan)
         if cfg.sandwich_norm:
             h = RMSNorm(cfg.rms_norm_eps, name="post_attn_norm")(h)
         x = x + h
@@ -57,6 +58,7 @@ class Decoder(nn.Module):
     dtype: jnp.dtype = jnp.float32
     attention_impl: str = "reference"
     tree: bool = False
+    decode: bool = False
 
     @nn.compact
     def __call__(self, tokens: jax.Array, meta: AttentionMetadata, pool: KVPool) -> tuple[jax.Array, KVPool]:
@@ -64,12 +66,20 @@ class Decoder(nn.Module):
         x = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=self.dtype, name="embed")(tokens)
         if cfg.embed_scale:
             x = x * jnp.asarray(cfg.hidden_size**0.5, self.dtype)
-        k_pages, v_pages = list(pool.k), list(pool.v)
         windows, thetas = cfg.layer_windows(), cfg.layer_rope_thetas()
+        plans = {}  # per-step attention preprocessing, built once and shared by the layers
+        if self.tree and self.attention_impl == "reference":
+            meta = meta.with_ancestors()
+        elif self.attention_impl == "pallas" and not self.decode:
+            from specrag_jax.kernels.pallas_tree import tree_plan_for
+
+            page_size = pool.k[0].shape[1]
+            plans = {w: tree_plan_for(meta, page_size, window=w, tree=self.tree) for w in sorted(set(windows))}
+        k_pages, v_pages = list(pool.k), list(pool.v)
         for i in range(cfg.num_layers):
             layer = DecoderLayer(cfg, windows[i], thetas[i], self.dtype, self.attention_impl, self.tree,
-                                 name=f"layers_{i}")
-            x, k_pages[i], v_pages[i] = layer(x, meta, k_pages[i], v_pages[i])
+                                 self.decode, name=f"layers_{i}")
+            x, k_pages[i], v_pages[i] = layer(x, meta, k_pages[i], v_pages[i], plans.get(windows[i]))
         x = RMSNorm(cfg.rms_norm_eps, name="final_norm")(x)
         if not cfg.tie_embeddings and self.is_initializing():  # create the head; logits_at applies it
             nn.Dense(cfg.vocab_size, use_bias=False, dtype=self.dtype, name="lm_head")(x[:1])
