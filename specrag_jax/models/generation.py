@@ -27,6 +27,7 @@ class GenerationResult:
     num_prompt_tokens: int
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    shared_prefix_tokens: int = 0  # prompt tokens whose K/V came from pages shared with other branches
 
 
 @dataclasses.dataclass
@@ -70,22 +71,45 @@ class Generator:
         stop_fn: StopFn | None = None,
     ) -> list[GenerationResult]:
         """Generate up to ``max_new_tokens`` for every prompt; pages are released however it ends."""
-        if not prompts:
+        return self.generate_branches([], prompts, sampling, max_new_tokens, stop_fn)
+
+    def generate_branches(
+        self,
+        prefix: Sequence[int],
+        suffixes: Sequence[Sequence[int]],
+        sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+        max_new_tokens: int = 64,
+        stop_fn: StopFn | None = None,
+    ) -> list[GenerationResult]:
+        """Generate a continuation of ``prefix + suffix`` for every suffix, in one batch.
+
+        The page-aligned part of the shared prefix is prefilled once and its pages are shared by all branches
+        (reference counts); each branch prefills only the prefix remainder (< one page) and its suffix.
+        """
+        if not suffixes:
             raise SpecRagError("no prompts given")
         if max_new_tokens < 1:
             raise SpecRagError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
-        params = [sampling] * len(prompts) if isinstance(sampling, SamplingParams) else list(sampling)
-        if len(params) != len(prompts):
-            raise SpecRagError(f"{len(params)} sampling settings for {len(prompts)} prompts")
-        for p in prompts:
-            self.check_prompt(p, max_new_tokens)
-        seqs: list[_Seq] = []
+        params = [sampling] * len(suffixes) if isinstance(sampling, SamplingParams) else list(sampling)
+        if len(params) != len(suffixes):
+            raise SpecRagError(f"{len(params)} sampling settings for {len(suffixes)} prompts")
+        prefix = [int(t) for t in prefix]
+        for suffix in suffixes:
+            self.check_prompt(prefix + list(suffix), max_new_tokens)
+        ps = self.runner.page_size
+        shared_len = (len(prefix) // ps) * ps if len(suffixes) > 1 else 0
         alloc = self.runner.allocator
+        shared: list[int] = []
+        seqs: list[_Seq] = []
         try:
-            for prompt, sp in zip(prompts, params):
-                pages = alloc.allocate(pages_needed(len(prompt) + max_new_tokens, self.runner.page_size))
-                seqs.append(_Seq([int(t) for t in prompt], pages, sp))
+            shared = alloc.allocate(shared_len // ps)
+            for suffix, sp in zip(suffixes, params):
+                own = alloc.allocate(pages_needed(len(prefix) + len(suffix) + max_new_tokens, ps) - len(shared))
+                alloc.retain(shared)
+                seqs.append(_Seq(prefix + [int(t) for t in suffix], shared + own, sp, prefilled=shared_len))
             t0 = time.perf_counter()
+            if shared_len:
+                self._prefill_shared(prefix[:shared_len], shared)
             self._prefill(seqs, max_new_tokens, stop_fn)
             t1 = time.perf_counter()
             self._decode(seqs, max_new_tokens, stop_fn)
@@ -93,10 +117,18 @@ class Generator:
         finally:
             for s in seqs:
                 alloc.release(s.pages)
+            alloc.release(shared)
         return [
-            GenerationResult(s.out, s.logprobs, s.finish or "length", len(s.prompt), t1 - t0, t2 - t1)
+            GenerationResult(s.out, s.logprobs, s.finish or "length", len(s.prompt), t1 - t0, t2 - t1,
+                             shared_prefix_tokens=shared_len)
             for s in seqs
         ]
+
+    def _prefill_shared(self, tokens: list[int], pages: list[int]) -> None:
+        """Write a shared prefix's K/V into its pages (chunked by the prefill budget; nothing sampled)."""
+        for start in range(0, len(tokens), self.max_prefill_tokens):
+            piece = tokens[start: start + self.max_prefill_tokens]
+            self.runner.score(self.runner.pack([Chunk(pages, start, piece, rows=[len(piece) - 1])]), [0])
 
     # ------------------------------------------------------------------ internals
     def _accept(self, seq: _Seq, row: int, token: int, logprob: float, max_new: int, stop_fn: StopFn | None):

@@ -164,3 +164,16 @@ def test_pool_exhaustion_is_all_or_nothing(model):
     with pytest.raises(SpecRagError, match="KV pool exhausted"):
         Generator(r).generate([[3] * 10, [4] * 10], max_new_tokens=4)
     assert r.allocator.num_free == r.allocator.num_usable
+
+
+def test_shared_prefix_branches_equal_separate_generation(model):
+    r = runner(model)
+    prefix = [7 + (i % 50) for i in range(11)]  # 2 full pages of 4 shared, 3 tokens recomputed per branch
+    suffixes = [[60, 61], [62], [63, 64, 65, 66]]
+    gen = Generator(r)
+    shared = gen.generate_branches(prefix, suffixes, max_new_tokens=8)
+    alone = [gen.generate([prefix + s], max_new_tokens=8)[0] for s in suffixes]
+    assert [x.token_ids for x in shared] == [x.token_ids for x in alone]
+    np.testing.assert_allclose([x.logprobs for x in shared], [x.logprobs for x in alone], atol=1e-5)
+    assert all(x.shared_prefix_tokens == 8 for x in shared)
+    assert r.allocator.num_free == r.allocator.num_usable
