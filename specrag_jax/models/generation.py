@@ -141,8 +141,9 @@ class Generator:
         elif len(seq.out) >= max_new:
             seq.finish = "length"
 
-    def _run(self, chunks: list[Chunk], owners: list[_Seq], rows_seq: list[int], token_bucket: int | None = None):
-        step = self.runner.pack(chunks, token_bucket=token_bucket)
+    def _run(self, chunks: list[Chunk], owners: list[_Seq], rows_seq: list[int], token_bucket: int | None = None,
+             min_seqs: int = 1):
+        step = self.runner.pack(chunks, token_bucket=token_bucket, min_seqs=min_seqs)
         sp = [owners[i].params for i in rows_seq]
         steps = [len(owners[i].out) for i in rows_seq]
         return self.runner.sample(
@@ -173,6 +174,8 @@ class Generator:
                 self._accept(seqs[i], i, int(tok), float(lp), max_new, stop_fn)
 
     def _decode(self, seqs: list[_Seq], max_new: int, stop_fn: StopFn | None) -> None:
+        # The batch keeps its first bucket while sequences finish: one compiled decode shape per generation.
+        width = bucket(sum(s.finish is None for s in seqs))
         while True:
             active = [i for i, s in enumerate(seqs) if s.finish is None]
             if not active:
@@ -181,7 +184,7 @@ class Generator:
                 Chunk(seqs[i].pages, len(seqs[i].prompt) + len(seqs[i].out) - 1, [seqs[i].out[-1]], rows=[0])
                 for i in active
             ]
-            ids, lps = self._run(chunks, seqs, active, token_bucket=bucket(len(active)))
+            ids, lps = self._run(chunks, seqs, active, token_bucket=width, min_seqs=width)
             for i, tok, lp in zip(active, ids, lps):
                 self._accept(seqs[i], i, int(tok), float(lp), max_new, stop_fn)
 
@@ -190,12 +193,12 @@ class Generator:
         r = self.runner
         budget = self.max_prefill_tokens
         page_bucket = lambda n: min(bucket(n, r.min_page_bucket), bucket(r.max_pages_per_seq))  # noqa: E731
-        shapes: set[tuple[int, int, int]] = set()  # (tokens, sequences, pages per sequence)
+        shapes: set[tuple[int, int, int, bool]] = set()  # (tokens, sequences, pages per sequence, decode)
         for length in range(1, max_prompt_len + 1):
             p = page_bucket(pages_needed(length + max_new_tokens, r.page_size))
             sizes = [budget] * ((length - 1) // budget) + [length - budget * ((length - 1) // budget)]
-            shapes.update((bucket(c, r.min_token_bucket), 1, p) for c in sizes)
-            shapes.add((1, 1, p))
+            shapes.update((bucket(c, r.min_token_bucket), 1, p, c == 1) for c in sizes)
+            shapes.add((1, 1, p, True))
         largest = max(batch_sizes)
         if largest > 1:
             max_p = page_bucket(pages_needed(max_prompt_len + max_new_tokens, r.page_size))
@@ -203,10 +206,11 @@ class Generator:
             t_buckets = [1 << k for k in range(r.min_token_bucket.bit_length() - 1, bucket(budget).bit_length())]
             for s in (1 << k for k in range(bucket(largest).bit_length())):
                 for p in p_buckets:
-                    shapes.add((s, s, p))
-                    shapes.update((t, s, p) for t in t_buckets if t >= s)
-        for t, s, p in sorted(shapes):
-            step = r.pack([Chunk([0] * p, 0, [0], write=False, rows=[0])] * s, token_bucket=t)
+                    shapes.add((s, s, p, True))
+                    shapes.update((t, s, p, False) for t in t_buckets if t >= 2 * s)
+        for t, s, p, decode in sorted(shapes):
+            fake = Chunk([0] * p, 0, [0] if decode else [0, 0], write=False, rows=[0])
+            step = r.pack([fake] * s, token_bucket=t, min_seqs=s)
             r.sample(step, [0.0] * s, [0] * s, [1.0] * s, [0] * s, [0] * s)
         return len(shapes)
 

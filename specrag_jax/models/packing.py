@@ -61,14 +61,19 @@ def pack_chunks(
     min_page_bucket: int = 16,
     max_page_bucket: int = 1 << 30,
     token_bucket: int | None = None,
+    min_seqs: int = 1,
 ) -> PackedStep:
-    """Pad and pack chunks into one step's arrays (numpy); ``num_slots`` = pool pages x page size."""
+    """Pad and pack chunks into one step's arrays (numpy); ``num_slots`` = pool pages x page size.
+
+    ``min_seqs`` pads the sequence and row counts to at least that many (keeps a shrinking decode batch on
+    one compiled shape).
+    """
 
     if not chunks:
         raise SpecRagError("a step needs at least one chunk")
     total = sum(len(c.tokens) for c in chunks)
     t_pad = token_bucket or bucket(total, min_token_bucket)
-    s_pad = bucket(len(chunks))
+    s_pad = bucket(max(len(chunks), min_seqs))
     widest = max(max(len(c.pages), 1) for c in chunks)
     p_pad = min(bucket(widest, min_page_bucket), max_page_bucket)
     drop = num_slots  # any slot >= this is not written
@@ -102,7 +107,7 @@ def pack_chunks(
             write_slots[start:end] = page_ids * page_size + logical % page_size
         rows.extend(start + int(r) for r in c.rows)
         start = end
-    r_pad = bucket(max(len(rows), 1))
+    r_pad = bucket(max(len(rows), min_seqs))
     row_arr = np.zeros(r_pad, np.int32)
     row_arr[: len(rows)] = rows
     meta = AttentionMetadata(

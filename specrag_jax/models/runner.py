@@ -80,12 +80,12 @@ class ModelRunner:
         self.allocator = PageAllocator(num_pages)
 
     # ---------------------------------------------------------------- packing
-    def pack(self, chunks: Sequence[Chunk], *, token_bucket: int | None = None) -> PackedStep:
+    def pack(self, chunks: Sequence[Chunk], *, token_bucket: int | None = None, min_seqs: int = 1) -> PackedStep:
         """Pad and pack chunks into one step's arrays (see ``packing.pack_chunks``)."""
         return pack_chunks(
             chunks, page_size=self.page_size, num_slots=self.pool.num_pages * self.page_size,
             min_token_bucket=self.min_token_bucket, min_page_bucket=self.min_page_bucket,
-            max_page_bucket=bucket(self.max_pages_per_seq), token_bucket=token_bucket,
+            max_page_bucket=bucket(self.max_pages_per_seq), token_bucket=token_bucket, min_seqs=min_seqs,
         )
 
     # ---------------------------------------------------------------- execution

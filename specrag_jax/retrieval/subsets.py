@@ -1,0 +1,79 @@
+"""Document subsets for drafting (the paper's Algorithm 1): one document from every cluster, m unique subsets.
+
+Each subset takes one document, uniformly at random, from each cluster, so it covers every perspective
+the clustering found while keeping the drafter's prompt short. Subsets are sets: a subset is returned with
+its document indices in ascending order (retrieval rank order, when documents are indexed by rank), and a
+subset drawn twice counts once. When fewer than m distinct subsets exist (the product of the cluster
+sizes), all of them are returned and the result says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Sequence
+
+import numpy as np
+
+from specrag_jax.errors import SpecRagError
+
+_ENUMERATE_LIMIT = 100_000  # below this many possible subsets, sample without replacement by index
+
+
+@dataclasses.dataclass(frozen=True)
+class SubsetSample:
+    subsets: list[tuple[int, ...]]  # each: one document index per cluster, ascending
+    requested: int  # m
+    num_possible: int  # product of the cluster sizes
+    note: str | None = None  # set when fewer than m subsets could be formed
+
+    @property
+    def exhausted(self) -> bool:
+        """True when every possible subset was returned (fewer than requested existed)."""
+        return len(self.subsets) < self.requested
+
+
+def sample_subsets(labels: Sequence[int] | np.ndarray, m: int, *, seed: int = 0) -> SubsetSample:
+    """``m`` unique subsets with exactly one document (index into ``labels``) from each cluster.
+
+    ``labels[i]`` is the cluster of document ``i`` (any integers). Same seed, same subsets, same order.
+    """
+    labels = np.asarray(labels)
+    if m < 1:
+        raise SpecRagError(f"number of subsets m must be >= 1 (got {m})")
+    if labels.ndim != 1 or labels.size == 0:
+        raise SpecRagError("subset sampling needs a non-empty list of cluster labels")
+    clusters = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    sizes = [len(c) for c in clusters]
+    total = math.prod(sizes)
+    rng = np.random.default_rng(seed)
+    if total <= m:
+        subsets = [tuple(sorted(int(i) for i in combo)) for combo in itertools.product(*clusters)]
+        order = rng.permutation(len(subsets))
+        subsets = [subsets[j] for j in order]
+        note = None
+        if total < m:
+            note = (f"only {total} distinct subsets exist ({len(clusters)} clusters of sizes {sizes}); "
+                    f"returning all of them instead of {m}")
+        return SubsetSample(subsets, m, total, note)
+    if total <= _ENUMERATE_LIMIT:
+        # Mixed-radix decoding of m distinct subset numbers: uniform, without replacement, no rejection.
+        picks = rng.choice(total, size=m, replace=False)
+        subsets = []
+        for code in picks:
+            chosen = []
+            for members, size in zip(clusters, sizes):
+                code, r = divmod(int(code), size)
+                chosen.append(int(members[r]))
+            subsets.append(tuple(sorted(chosen)))
+        return SubsetSample(subsets, m, total)
+    # Huge space: draw one member per cluster and reject repeats (collisions are rare here).
+    seen: set[tuple[int, ...]] = set()
+    subsets = []
+    while len(subsets) < m:
+        subset = tuple(sorted(int(c[rng.integers(len(c))]) for c in clusters))
+        if subset not in seen:
+            seen.add(subset)
+            subsets.append(subset)
+    return SubsetSample(subsets, m, total)
