@@ -63,14 +63,131 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_rag_options(p: argparse.ArgumentParser) -> None:
+    from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
+
+    p.add_argument("--drafter", default=DEFAULT_DRAFTER)
+    p.add_argument("--verifier", default=DEFAULT_VERIFIER)
+    p.add_argument("--n-docs", type=int, default=10, help="documents retrieved (or read from the passages)")
+    p.add_argument("--m", type=int, default=5, help="number of drafts")
+    p.add_argument("--k", type=int, default=2, help="number of clusters (one document per cluster per draft)")
+    p.add_argument("--normalize", default="mean", choices=["sum", "mean"], help="score: raw or per-token mean")
+    p.add_argument("--terms", default="draft,sc,sr", help="score terms (ablations), e.g. draft,sc")
+    p.add_argument("--tau-min", type=float, default=None, help="confidence floor for the fallback")
+    p.add_argument("--fallback", default="standard", choices=["standard", "unanswerable"])
+    p.add_argument("--no-consensus", action="store_true", help="always verify, even when all drafts agree")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _rag_config(args: argparse.Namespace):
+    from specrag_jax.pipeline.selection import ScoreOptions
+    from specrag_jax.pipeline.specrag import RAGConfig
+
+    scores = ScoreOptions(normalize=args.normalize, terms=tuple(t for t in args.terms.split(",") if t))
+    cfg = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k, scores=scores, tau_min=args.tau_min,
+                    fallback=args.fallback, consensus=not args.no_consensus, seed=args.seed)
+    cfg.check()
+    return cfg
+
+
+def _add_ask(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ask", help="answer a question with Speculative RAG")
+    p.add_argument("question")
+    p.add_argument("--corpus", default=None, help="JSON-lines file or folder of text files (default: built-in)")
+    p.add_argument("--method", default="speculative")
+    p.add_argument("--json", action="store_true", help="print the answer object as JSON")
+    _add_rag_options(p)
+
+
+def _ask(args: argparse.Namespace) -> int:
+    from specrag_jax.pipeline.factory import build_specrag
+
+    if not args.question.strip():
+        raise SpecRagError("empty question")
+    rag = build_specrag(args.drafter, args.verifier, args.corpus, _rag_config(args))
+    result = rag.answer(args.question, None, args.method)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(result.answer)
+        if result.rationale:
+            print(f"rationale: {result.rationale}")
+        print(f"citations: {', '.join(result.citations)}")
+    return 0
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="accuracy and latency of each method on a RetrievalQA-format file")
+    p.add_argument("--data", required=True)
+    p.add_argument("--methods", default="closed_book,standard,speculative,drafter_only,random_draft")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print the results object as JSON")
+    p.add_argument("--out", default=None, help="folder for results.json, predictions.jsonl and a plot")
+    _add_rag_options(p)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specrag_jax.pipeline.evaluation import evaluate, load_questions, plot_accuracy_latency
+    from specrag_jax.pipeline.factory import build_specrag
+
+    if args.limit is not None and args.limit < 1:
+        raise SpecRagError(f"--limit must be >= 1 (got {args.limit})")
+    rows = load_questions(args.data, args.limit)
+    methods = [m for m in args.methods.split(",") if m]
+    config = _rag_config(args)
+    rag = build_specrag(args.drafter, args.verifier, None, config)
+    results = evaluate(rag, rows, methods, progress=not args.json)
+    predictions = results.pop("predictions")
+    results["config"] = {"data": args.data, "limit": args.limit, "drafter": args.drafter,
+                         "verifier": args.verifier, "n_docs": config.n_docs, "m": config.m, "k": config.k,
+                         "normalize": config.scores.normalize, "terms": list(config.scores.terms),
+                         "sr": config.scores.sr, "tau_min": config.tau_min, "fallback": config.fallback,
+                         "consensus": config.consensus, "seed": config.seed,
+                         "command": "specrag " + " ".join(sys.argv[1:])}
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(results, indent=2))
+        (out / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in predictions))
+        plot_accuracy_latency(results, out / "accuracy_vs_latency.png")
+    if args.json:
+        print(json.dumps(results))
+    else:
+        for name, m in results["methods"].items():
+            print(f"{name:14s} acc {100 * m['accuracy']:5.1f}%  latency mean {m['latency_s']['mean']:.2f}s "
+                  f"p95 {m['latency_s']['p95']:.2f}s  tokens/q {m['tokens']['per_question']:.0f}")
+    return 0
+
+
+def enable_compilation_cache() -> None:
+    """Persist compiled XLA programs across runs (``$SPECRAG_CACHE_DIR/xla`` or ~/.cache/specrag_jax/xla)."""
+    import os
+    from pathlib import Path
+
+    import jax
+
+    root = Path(os.environ.get("SPECRAG_CACHE_DIR", Path.home() / ".cache" / "specrag_jax"))
+    jax.config.update("jax_compilation_cache_dir", str(root / "xla"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specrag", description="Speculative RAG engine in JAX")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_generate(sub)
+    _add_ask(sub)
+    _add_eval(sub)
     args = parser.parse_args(argv)
     try:
+        enable_compilation_cache()
         if args.command == "generate":
             return _generate(args)
+        if args.command == "ask":
+            return _ask(args)
+        if args.command == "eval":
+            return _eval(args)
     except SpecRagError as exc:
         print(f"specrag: error: {exc}", file=sys.stderr)
         return 2

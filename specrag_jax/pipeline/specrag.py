@@ -1,0 +1,153 @@
+"""SpecRAG: the Python API of the whole pipeline and its baselines.
+
+speculative: retrieve -> question-conditioned embeddings -> k-means -> m subsets -> m drafts in one batched
+generation -> one packed verifier pass -> rho = rho_draft * rho_SC * rho_SR -> best draft, with the consensus
+fast path and the tau_min fallback. Baselines in the same API: standard (all documents in the verifier's
+prompt), closed_book, drafter_only (best rho_draft), random_draft (no verification).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from typing import Any, Callable, Sequence
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
+from specrag_jax.pipeline.prompts import closed_book_prompt, first_line, standard_rag_prompt
+from specrag_jax.pipeline.selection import ScoreOptions, best, confidence, consensus, score_drafts
+from specrag_jax.pipeline.verification import verify_drafts
+
+METHODS = ("speculative", "standard", "closed_book", "drafter_only", "random_draft")
+SubsetFn = Callable[[str, list[dict], int, int, int], tuple[list[list[int]], dict]]
+SearchFn = Callable[[str, int], list[dict]]
+
+
+@dataclasses.dataclass
+class RAGConfig:
+    n_docs: int = 10
+    m: int = 5
+    k: int = 2
+    max_draft_tokens: int = 64  # rationale budget; the answer gets max_answer_tokens
+    max_answer_tokens: int = 32
+    max_doc_tokens: int = 160
+    scores: ScoreOptions = ScoreOptions()
+    tau_min: float | None = None
+    fallback: str = "standard"  # or "unanswerable"
+    consensus: bool = True
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.n_docs < 1:
+            raise SpecRagError(f"n_docs must be >= 1 (got {self.n_docs})")
+        if self.m < 1:
+            raise SpecRagError(f"m (number of drafts) must be >= 1 (got {self.m})")
+        if self.k < 1:
+            raise SpecRagError(f"k (number of clusters) must be >= 1 (got {self.k})")
+        if self.fallback not in ("standard", "unanswerable"):
+            raise SpecRagError(f"fallback must be 'standard' or 'unanswerable' (got {self.fallback!r})")
+        if self.tau_min is not None and not 0.0 <= self.tau_min <= 1.0:
+            raise SpecRagError(f"tau_min must be in [0, 1] (got {self.tau_min})")
+
+
+@dataclasses.dataclass
+class RAGAnswer:
+    """What ``SpecRAG.answer`` returns (``to_dict`` is the JSON shape of ``specrag ask --json``)."""
+
+    answer: str
+    rationale: str
+    citations: list[str]
+    drafts: list[Draft]
+    trace: dict[str, Any]
+    method: str
+
+    def to_dict(self) -> dict:
+        return {"answer": self.answer, "rationale": self.rationale, "citations": self.citations,
+                "drafts": [d.to_dict() for d in self.drafts], "trace": self.trace, "method": self.method}
+
+
+class SpecRAG:
+    """Speculative RAG with a drafter and a verifier (TextModels), plus the baselines."""
+
+    def __init__(self, drafter: TextModel, verifier: TextModel, *, subsets: SubsetFn,
+                 search: SearchFn | None = None, config: RAGConfig | None = None) -> None:
+        self.drafter, self.verifier = drafter, verifier
+        self.subsets_fn, self.search = subsets, search
+        self.config = config or RAGConfig()
+        self.config.check()
+
+    def answer(self, question: str, docs: Sequence[dict | str] | None = None, method: str = "speculative") -> RAGAnswer:
+        """Answer ``question`` from ``docs`` (or the search function's top ``n_docs``) with ``method``."""
+        if not isinstance(question, str) or not question.strip():
+            raise SpecRagError("empty question")
+        if method not in METHODS:
+            raise SpecRagError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        cfg = self.config
+        trace: dict[str, Any] = {"notes": []}
+        t0 = time.perf_counter()
+        if method != "closed_book":
+            if docs is None:
+                if self.search is None:
+                    raise SpecRagError("no documents given and no corpus to search")
+                docs = self.search(question, cfg.n_docs)
+            docs = [d if isinstance(d, dict) else {"id": str(i), "title": "", "text": d} for i, d in enumerate(docs)]
+            docs = [{**d, "id": str(d.get("id", i))} for i, d in enumerate(docs)]
+            if not docs:
+                raise SpecRagError("no documents: the question came without passages and the search found none")
+            docs = truncate_docs(self.drafter, docs[: cfg.n_docs], cfg.max_doc_tokens, trace["notes"])
+        trace["retrieval_s"] = time.perf_counter() - t0
+        if method == "closed_book":
+            return self._generate_answer(question, [], method, trace, t0)
+        if method == "standard":
+            return self._generate_answer(question, docs, method, trace, t0)
+        return self._speculative(question, docs, method, trace, t0)
+
+    # ------------------------------------------------------------------ methods
+    def _generate_answer(self, question: str, docs: list[dict], method: str, trace: dict, t0: float) -> RAGAnswer:
+        prompt = standard_rag_prompt(question, docs) if docs else closed_book_prompt(question)
+        t = time.perf_counter()
+        [res] = self.verifier.generate([prompt], SamplingParams(), self.config.max_answer_tokens, stop=["\n"])
+        trace.update(generation_s=time.perf_counter() - t, verifier_prefill_tokens=res.num_prompt_tokens,
+                     verifier_decode_tokens=len(res.token_ids))
+        trace["total_s"] = time.perf_counter() - t0
+        return RAGAnswer(first_line(res.text), "", [d["id"] for d in docs], [], trace, method)
+
+    def _speculative(self, question: str, docs: list[dict], method: str, trace: dict, t0: float) -> RAGAnswer:
+        cfg = self.config
+        t = time.perf_counter()
+        subsets, info = self.subsets_fn(question, docs, cfg.k, cfg.m, cfg.seed)
+        trace.update(clustering_s=time.perf_counter() - t, num_subsets=len(subsets), **info)
+        drafts, stats = write_drafts(self.drafter, question, [[docs[i] for i in s] for s in subsets],
+                                     max_rationale_tokens=cfg.max_draft_tokens,
+                                     max_answer_tokens=cfg.max_answer_tokens)
+        trace.update(stats)
+        trace["parsed_drafts"] = sum(d.parsed for d in drafts)
+        if method == "random_draft":
+            chosen = random.Random(cfg.seed).choice(drafts)
+        elif method == "drafter_only":
+            score_drafts(drafts, ScoreOptions(cfg.scores.normalize, ("draft",), cfg.scores.sr))
+            chosen = best(drafts)
+        elif cfg.consensus and consensus(drafts):
+            trace["consensus"] = True
+            score_drafts(drafts, ScoreOptions(cfg.scores.normalize, ("draft",), cfg.scores.sr))
+            chosen = best(drafts)
+        else:
+            trace.update(verify_drafts(self.verifier, question, drafts))
+            score_drafts(drafts, cfg.scores)
+            chosen = best(drafts)
+            conf = confidence(chosen)
+            trace["confidence"] = conf
+            if cfg.tau_min is not None and conf < cfg.tau_min:
+                trace["fallback"] = cfg.fallback
+                if cfg.fallback == "standard":
+                    fb = self._generate_answer(question, docs, method, trace, t0)
+                    fb.drafts = drafts
+                    return fb
+                trace["total_s"] = time.perf_counter() - t0
+                return RAGAnswer("unanswerable", "", [], drafts, trace, method)
+        trace["chosen_draft"] = chosen.index
+        trace["total_s"] = time.perf_counter() - t0
+        return RAGAnswer(chosen.answer, chosen.rationale, chosen.doc_ids, drafts, trace, method)

@@ -1,0 +1,81 @@
+"""Single-pass verification: every draft's rho_SC and rho_SR from ONE verifier forward pass.
+
+The verifier prefix (instruction + question) is written once into KV pages. All m branches
+``[## Rationale: r_j, ## Response: a_j, reflection prompt, " Yes"]`` are packed into one tree chunk: each
+token sees the prefix and the earlier tokens of its own branch; positions restart at the prefix length.
+The branch K/V is not stored (the chunk is scored and dropped); the prefix pages are released afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.kernels import pages_needed
+from specrag_jax.models.packing import Chunk
+from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.drafting import Draft
+from specrag_jax.pipeline.prompts import RATIONALE_TAG, REFLECTION_PROMPT, RESPONSE_TAG, verifier_prefix
+
+
+def _branch(tok, draft: Draft) -> tuple[list[int], list[int], int]:
+    """Branch ids, indices of the rho_SC tokens, and the index of the " Yes" token."""
+    pieces = [
+        (tok.encode(RATIONALE_TAG, add_bos=False), False),
+        (tok.encode(" " + draft.rationale, add_bos=False), True),
+        (tok.encode("\n" + RESPONSE_TAG, add_bos=False), False),
+        (tok.encode(" " + draft.answer, add_bos=False), True),
+        (tok.encode("\n" + REFLECTION_PROMPT + "\nAnswer:", add_bos=False), False),
+    ]
+    ids: list[int] = []
+    scored: list[int] = []
+    for piece, is_scored in pieces:
+        if is_scored:
+            scored.extend(range(len(ids), len(ids) + len(piece)))
+        ids.extend(piece)
+    yes_index = len(ids)
+    ids.append(tok.encode(" Yes", add_bos=False)[0])
+    return ids, scored, yes_index
+
+
+def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft]) -> dict:
+    """Fill ``sc_logprob``/``sc_tokens``/``sr_logprob``/``sr_no_logprob`` of every draft in one packed pass."""
+    t0 = time.perf_counter()
+    tok, runner = verifier.tokenizer, verifier.runner
+    prefix = tok.encode(verifier_prefix(question), add_bos=tok.add_bos_default)
+    no_id = tok.encode(" No", add_bos=False)[0]
+    tokens, parents, positions, rows, targets = [], [], [], [], []
+    spans = []
+    longest = 0
+    for d in drafts:
+        ids, scored, yes_index = _branch(tok, d)
+        longest = max(longest, len(ids))
+        start = len(tokens)
+        for i, t in enumerate(ids):
+            tokens.append(t)
+            parents.append(-1 if i == 0 else start + i - 1)
+            positions.append(len(prefix) + i)
+        sc_rows = [start + i - 1 for i in scored]  # token i is predicted at row i-1 (scored never starts at 0)
+        spans.append((len(rows), len(sc_rows)))
+        rows.extend(sc_rows + [start + yes_index - 1, start + yes_index - 1])
+        targets.extend([ids[i] for i in scored] + [ids[yes_index], no_id])
+    if len(prefix) + longest > runner.max_seq_len:
+        raise SpecRagError(f"verification needs positions up to {len(prefix) + longest}; the verifier context "
+                           f"is {runner.max_seq_len} tokens")
+    pages = runner.allocator.allocate(pages_needed(len(prefix), runner.page_size))
+    try:
+        runner.score(runner.pack([Chunk(pages, 0, prefix, rows=[len(prefix) - 1])]), [0])
+        tree = Chunk(pages, len(prefix), tokens, parents=parents, positions=positions, write=False, rows=rows)
+        logprobs = runner.score(runner.pack([tree]), targets)
+    finally:
+        runner.allocator.release(pages)
+    for d, (start, n) in zip(drafts, spans):
+        d.sc_logprob = float(np.sum(logprobs[start: start + n]))
+        d.sc_tokens = n
+        d.sr_logprob = float(logprobs[start + n])
+        d.sr_no_logprob = float(logprobs[start + n + 1])
+    return {"verification_s": time.perf_counter() - t0, "verifier_prefix_tokens": len(prefix),
+            "verifier_tree_tokens": len(tokens)}
