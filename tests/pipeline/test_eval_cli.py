@@ -1,0 +1,45 @@
+"""`specrag eval`: the public JSON contract on a two-question fixture, and its input errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specrag_jax.cli import main
+
+DATA = Path(__file__).parent / "data" / "mini_eval.jsonl"
+
+
+@pytest.mark.slow
+def test_eval_json_contract(capsys, tmp_path):
+    code = main(["eval", "--data", str(DATA), "--methods", "closed_book,standard,speculative", "--limit", "2",
+                 "--drafter", "smollm2-135m-instruct", "--verifier", "smollm2-135m-instruct", "--m", "2",
+                 "--json", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    res = json.loads(out)
+    assert set(res) >= {"methods", "config"}
+    for name in ("closed_book", "standard", "speculative"):
+        m = res["methods"][name]
+        assert m["n"] == 2 and 0.0 <= m["accuracy"] <= 1.0
+        assert set(m["by_source"]) == {"toy", "toy2"}
+        assert set(m["latency_s"]) == {"mean", "median", "p95"} and m["latency_s"]["mean"] > 0
+        assert m["tokens"]["total"] > 0
+    assert res["config"]["m"] == 2
+    assert json.loads((tmp_path / "results.json").read_text())["methods"].keys() == res["methods"].keys()
+    assert (tmp_path / "accuracy_vs_latency.png").stat().st_size > 0
+    assert len((tmp_path / "predictions.jsonl").read_text().splitlines()) == 6
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data", "/nonexistent.jsonl"], "evaluation data file does not exist"),
+    (["--data", str(DATA), "--limit", "0"], "--limit must be >= 1"),
+    (["--data", str(DATA), "--m", "0"], "m (number of drafts) must be >= 1"),
+    (["--data", str(DATA), "--terms", "draft,nope"], "score terms"),
+])
+def test_eval_bad_input(capsys, args, message):
+    assert main(["eval"] + args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
