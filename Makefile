@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PROMPT ?= Speculative decoding speeds up language models by
+QUESTION ?= How do I leave a loop early in Python?
 
 .PHONY: install run test bench clean
 
@@ -17,13 +17,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: install
-	$(BIN)/specrag generate --model gemma3-270m --prompt "$(PROMPT)" --max-new-tokens 32 --json
+	$(BIN)/specrag ask "$(QUESTION)"
 
 test: install
 	$(BIN)/python -m pytest -q --durations=15
 
 bench: install
 	$(BIN)/python benchmarks/generate.py
+	$(BIN)/python benchmarks/kernels.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
