@@ -88,10 +88,15 @@ class PagedAttention(nn.Module):
         inv_freq = jnp.asarray(rope_inv_freq(cfg.head_dim, self.rope_theta))
         q = apply_rope(q, meta.positions, inv_freq)
         k = apply_rope(k, meta.positions, inv_freq)
+        # Write first, then read: the pool flows through one scatter (in place on the donated buffer) and the
+        # attention reads the updated pool. Reading before writing made XLA copy the whole pool every step.
+        # The new slots are >= kv_len, which the attention masks out of the prefix part.
+        k_pool = write_kv(k_pool, k, meta.write_slots)
+        v_pool = write_kv(v_pool, v, meta.write_slots)
         out = paged_attention(
             q, k, v, k_pool, v_pool, meta,
             scale=cfg.attn_scale, window=self.window, softcap=cfg.attn_logit_softcap,
             tree=self.tree, decode=self.decode, impl=self.attention_impl, plan=plan,
         )
         out = dense(cfg.hidden_size, "o")(out.reshape(t, cfg.num_heads * cfg.head_dim))
-        return out, write_kv(k_pool, k, meta.write_slots), write_kv(v_pool, v, meta.write_slots)
+        return out, k_pool, v_pool

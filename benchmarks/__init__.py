@@ -1,0 +1,1 @@
+"""Benchmarks for specrag-jax (run as scripts: ``python benchmarks/generate.py``)."""
