@@ -6,7 +6,6 @@ import dataclasses
 import time
 from typing import Callable, Sequence
 
-import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import pages_needed
