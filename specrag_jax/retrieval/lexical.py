@@ -10,6 +10,7 @@ b=0.75. ``search`` returns only documents that share at least one term with the 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Sequence
@@ -19,6 +20,9 @@ import numpy as np
 from specrag_jax.errors import SpecRagError
 from specrag_jax.retrieval.corpus import Document, doc_text, read_jsonl, write_jsonl
 from specrag_jax.retrieval.store import atomic_write_dir, resolve_index_dir
+
+# bm25s sets its logger to DEBUG; keep its progress chatter off the user's stderr.
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 KIND = "bm25"
 DOCS_NAME = "docs.jsonl"
