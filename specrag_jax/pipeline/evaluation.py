@@ -6,7 +6,6 @@ answer, case-insensitively. The answer is what the method returns (first line, a
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Sequence
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.specrag import METHODS, SpecRAG
 from specrag_jax.retrieval import docs_from_context
+from specrag_jax.retrieval.corpus import iter_json_lines
 
 TOKEN_KEYS = ("drafter_prefill_tokens", "drafter_decode_tokens", "verifier_prefix_tokens", "verifier_tree_tokens",
               "verifier_prefill_tokens", "verifier_decode_tokens")
@@ -26,19 +26,12 @@ def load_questions(path: str | Path, limit: int | None = None) -> list[dict]:
     if not p.is_file():
         raise SpecRagError(f"evaluation data file does not exist: {path}")
     rows = []
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SpecRagError(f"{path}:{n}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(row, dict) or "question" not in row or "ground_truth" not in row:
-                raise SpecRagError(f"{path}:{n}: a row needs 'question' and 'ground_truth'")
-            rows.append(row)
-            if limit is not None and len(rows) >= limit:
-                break
+    for n, row in iter_json_lines(p):
+        if not isinstance(row, dict) or "question" not in row or "ground_truth" not in row:
+            raise SpecRagError(f"{path}, line {n}: a row needs 'question' and 'ground_truth'")
+        rows.append(row)
+        if limit is not None and len(rows) >= limit:
+            break
     if not rows:
         raise SpecRagError(f"evaluation data file has no questions: {path}")
     return rows

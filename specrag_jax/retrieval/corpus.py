@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from specrag_jax.errors import SpecRagError
 
@@ -79,12 +79,8 @@ def _check(docs: list[Document], source: str) -> list[Document]:
     return docs
 
 
-def read_jsonl(path: Path, *, keep_empty: bool = False) -> list[Document]:
-    """Documents from a JSON-lines file; blank lines (and, unless ``keep_empty``, empty documents) skipped.
-
-    A document's id defaults to its line number.
-    """
-    docs: list[Document] = []
+def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) for every non-blank line; one-line errors for bad UTF-8 or bad JSON."""
     for lineno, line in enumerate(_read_text(path).splitlines(), 1):
         if not line.strip():
             continue
@@ -92,6 +88,16 @@ def read_jsonl(path: Path, *, keep_empty: bool = False) -> list[Document]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise SpecRagError(f"{path}, line {lineno}: not valid JSON ({exc.msg})") from None
+        yield lineno, obj
+
+
+def read_jsonl(path: Path, *, keep_empty: bool = False) -> list[Document]:
+    """Documents from a JSON-lines file; blank lines (and, unless ``keep_empty``, empty documents) skipped.
+
+    A document's id defaults to its line number.
+    """
+    docs: list[Document] = []
+    for lineno, obj in iter_json_lines(path):
         doc = _make_doc(obj, str(lineno), f"{path}, line {lineno}")
         if keep_empty or doc["title"] or doc["text"]:
             docs.append(doc)
