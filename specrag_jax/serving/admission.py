@@ -1,0 +1,96 @@
+"""Admission: turn a queued request into sequences with reserved pages, or leave it queued.
+
+Every sequence reserves its worst case (prompt + max_new_tokens) up front, minus the pages the prefix cache
+already holds, so an admitted request never runs out of pages mid-way; cache-only pages are evicted (LRU)
+to make room. Nothing is admitted that the pool cannot hold.
+"""
+
+from __future__ import annotations
+
+from specrag_jax.kernels import PageAllocator, pages_needed
+from specrag_jax.serving.prefix_cache import PrefixCache
+from specrag_jax.serving.requests import Request, Seq
+
+
+def worst_case_pages(req: Request, page_size: int) -> int:
+    """Pages the request needs with an empty cache (to refuse what can never fit)."""
+    if req.kind == "score":
+        return pages_needed(len(req.prefix), page_size)
+    aligned = _shared_len(req, page_size)
+    return aligned // page_size + sum(
+        pages_needed(len(req.prefix) + len(s) + req.max_new_tokens, page_size) - aligned // page_size
+        for s in req.suffixes)
+
+
+def _shared_len(req: Request, page_size: int) -> int:
+    """Page-aligned shared prefix of a group, leaving every branch at least one prompt token to prefill."""
+    if len(req.suffixes) < 2:
+        return 0
+    shortest = len(req.prefix) + min(len(s) for s in req.suffixes)
+    return min(len(req.prefix) // page_size, (shortest - 1) // page_size) * page_size
+
+
+class Admitter:
+    """Reserves pages for requests against one allocator and prefix cache."""
+
+    def __init__(self, allocator: PageAllocator, cache: PrefixCache, page_size: int) -> None:
+        self.alloc, self.cache, self.ps = allocator, cache, page_size
+
+    def _reserve(self, need: int) -> bool:
+        if need > self.alloc.num_free:
+            self.cache.evict(need - self.alloc.num_free)
+        return need <= self.alloc.num_free
+
+    def _undo(self, hits: list[tuple[int, list[int]]]) -> None:
+        for looked_up, pages in hits:
+            self.alloc.release(pages)
+            self.cache.lookup_tokens -= looked_up
+            self.cache.hit_tokens -= len(pages) * self.ps
+
+    def admit(self, req: Request) -> bool:
+        """Create the request's sequences with their pages; False (nothing held) when the pool is too full."""
+        ps = self.ps
+        if req.kind == "score":
+            hit = self.cache.match(req.prefix, len(req.prefix) // ps)
+            need = pages_needed(len(req.prefix), ps) - len(hit)
+            if not self._reserve(need):
+                self._undo([(len(req.prefix), hit)])
+                return False
+            req.prefix_seq = Seq(req, -1, req.prefix, hit + self.alloc.allocate(need), prefilled=len(hit) * ps)
+            req.cached_tokens = len(hit) * ps
+            return True
+        aligned = _shared_len(req, ps)
+        if aligned:
+            shared_prompt = req.prefix[:aligned]
+            hit = self.cache.match(shared_prompt, aligned // ps)
+            own = [pages_needed(len(req.prefix) + len(s) + req.max_new_tokens, ps) - aligned // ps
+                   for s in req.suffixes]
+            if not self._reserve(aligned // ps - len(hit) + sum(own)):
+                self._undo([(aligned, hit)])
+                return False
+            shared = hit + self.alloc.allocate(aligned // ps - len(hit))
+            req.prefix_seq = Seq(req, -1, shared_prompt, shared, prefilled=len(hit) * ps)
+            done = len(hit) * ps == aligned
+            for i, (suffix, sp, n) in enumerate(zip(req.suffixes, req.sampling, own)):
+                self.alloc.retain(shared)
+                req.seqs.append(Seq(req, i, req.prefix + list(suffix), shared + self.alloc.allocate(n),
+                                    prefilled=aligned, sampling=sp, ready=done))
+            req.shared_len, req.cached_tokens = aligned, len(hit) * ps
+            return True
+        prompts = [req.prefix + list(s) for s in req.suffixes]
+        hits = [(len(p), self.cache.match(p, (len(p) - 1) // ps)) for p in prompts]
+        needs = [pages_needed(len(p) + req.max_new_tokens, ps) - len(h) for p, (_, h) in zip(prompts, hits)]
+        if not self._reserve(sum(needs)):
+            self._undo(hits)
+            return False
+        for i, (p, (_, hit), n, sp) in enumerate(zip(prompts, hits, needs, req.sampling)):
+            req.seqs.append(Seq(req, i, p, hit + self.alloc.allocate(n), prefilled=len(hit) * ps, sampling=sp))
+        req.cached_tokens = sum(len(h) for _, h in hits) * ps
+        return True
+
+    def release(self, req: Request) -> None:
+        """Drop every page reference the request's sequences still hold (idempotent)."""
+        for s in req.all_seqs():
+            if s.pages:
+                pages, s.pages = s.pages, []
+                self.alloc.release(pages)

@@ -1,0 +1,53 @@
+"""Scheduling policy: token budget and BARS-style backpressure on the prefill chunk size.
+
+After Omnia's BARS: the prefill tokens a step may carry shrink while many sequences are decoding (their
+per-token latency would suffer behind long prefill chunks) or the page pool is nearly full (new prompts
+would only wait for pages), and grow back when the engine is idle. Chunk sizes stay powers of two, so the
+step shapes (and compiled programs) stay few.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.models.packing import bucket
+
+
+@dataclasses.dataclass
+class SchedulerConfig:
+    """token_budget: most tokens in one step; max_running: sequences decoding at once; max_queue: waiting
+    requests before submissions are refused; backpressure off = a fixed prefill chunk of the whole budget."""
+
+    token_budget: int = 256
+    min_prefill_chunk: int = 32
+    max_running: int = 64
+    max_queue: int = 256
+    backpressure: bool = True
+    busy_decoders: int = 8  # at least this many decoding sequences count as "many"
+    low_free_fraction: float = 0.15  # the pool counts as nearly full below this free fraction
+
+    def __post_init__(self) -> None:
+        if self.token_budget < 1 or self.min_prefill_chunk < 1 or self.max_running < 1 or self.max_queue < 1:
+            raise SpecRagError("token_budget, min_prefill_chunk, max_running and max_queue must be >= 1")
+        self.token_budget = bucket(self.token_budget)
+        self.min_prefill_chunk = min(bucket(self.min_prefill_chunk), self.token_budget)
+
+
+class Backpressure:
+    """The prefill chunk size, adapted once per step."""
+
+    def __init__(self, cfg: SchedulerConfig) -> None:
+        self.cfg = cfg
+        self.chunk = cfg.token_budget
+
+    def update(self, num_decoding: int, free_fraction: float) -> int:
+        """New chunk size given how many sequences decode and the pool's free fraction."""
+        c = self.cfg
+        if not c.backpressure:
+            self.chunk = c.token_budget
+        elif num_decoding >= c.busy_decoders or free_fraction < c.low_free_fraction:
+            self.chunk = max(self.chunk // 2, c.min_prefill_chunk)
+        elif num_decoding == 0:
+            self.chunk = min(self.chunk * 2, c.token_budget)
+        return self.chunk

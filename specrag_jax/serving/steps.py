@@ -1,0 +1,173 @@
+"""Building one engine step from the ready work of all running requests, and handing its results back.
+
+A *sampling* step carries decode tokens (one per decoding sequence, first) and prefill chunks (the rest of
+the token budget, at most the backpressure chunk); a prefill chunk that ends its prompt asks for a sampled
+row. A *scoring* step carries verification trees (K/V dropped) and prefix-only prefill. Both kinds are
+packed and bucketed by ``ModelRunner.pack``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from specrag_jax.models.packing import Chunk
+from specrag_jax.models.runner import ModelRunner
+from specrag_jax.serving.requests import Request, Seq
+
+if TYPE_CHECKING:
+    from specrag_jax.serving.engine import Engine
+
+
+@dataclasses.dataclass
+class Work:
+    kind: str  # "sample" | "score"
+    chunks: list[Chunk]
+    row_seqs: list[Seq]  # sample: the sequence of every sampled row
+    prefills: list[tuple[Seq, int]]  # (sequence, tokens of its prompt in this step)
+    trees: list[Request]  # score: requests whose tree is in this step
+    targets: list[int]
+    requests: list[Request]
+
+    def run(self, runner: ModelRunner):
+        step = runner.pack(self.chunks)
+        if self.kind == "score":
+            return runner.score(step, self.targets)
+        sp = [s.sampling for s in self.row_seqs]
+        return runner.sample(step, [p.temperature for p in sp], [p.top_k for p in sp], [p.top_p for p in sp],
+                             [p.seed for p in sp], [len(s.out) for s in self.row_seqs])
+
+
+class StepBuilder:
+    def __init__(self, engine: "Engine") -> None:
+        self.engine = engine
+        self.last_kind = "score"
+        self.t_start = 0.0
+
+    def _seqs(self) -> list[Seq]:
+        return [s for r in self.engine.running_requests() for s in r.all_seqs()]
+
+    def build(self) -> Work | None:
+        """The next step's work, or None when nothing is ready."""
+        eng = self.engine
+        trees = [r for r in eng.running_requests() if r.kind == "score" and r.prefix_seq is not None
+                 and not r.prefix_seq.prefilling and r.prefix_seq.pages]
+        seqs = self._seqs()
+        sampling_work = any(s.decoding or (s.prefilling and s.sampling is not None) for s in seqs)
+        prefix_work = any(s.prefilling and s.sampling is None for s in seqs)
+        if trees and (self.last_kind == "sample" or not sampling_work):
+            work = self._score(trees, seqs)
+        elif sampling_work or prefix_work:
+            work = self._sample(seqs)
+        else:
+            return None
+        self.last_kind = work.kind
+        self.t_start = time.perf_counter()
+        return work
+
+    def _prefill_chunks(self, seqs: list[Seq], budget: int, with_rows: bool, work: Work) -> None:
+        for s in seqs:
+            if budget <= 0:
+                break
+            if not s.prefilling or (not with_rows and s.sampling is not None):
+                continue
+            n = min(len(s.prompt) - s.prefilled, budget)
+            last = s.prefilled + n == len(s.prompt)
+            want = last and s.sampling is not None
+            work.chunks.append(Chunk(s.pages, s.prefilled, s.prompt[s.prefilled: s.prefilled + n],
+                                     rows=[n - 1] if want else []))
+            if want:
+                work.row_seqs.append(s)
+            work.prefills.append((s, n))
+            work.requests.append(s.req)
+            budget -= n
+
+    def _sample(self, seqs: list[Seq]) -> Work:
+        eng, cfg = self.engine, self.engine.config
+        work = Work("sample", [], [], [], [], [], [])
+        decoders = [s for s in seqs if s.decoding][: cfg.token_budget]
+        for s in decoders:
+            work.chunks.append(Chunk(s.pages, len(s.prompt) + len(s.out) - 1, [s.out[-1]], rows=[0]))
+            work.row_seqs.append(s)
+            work.requests.append(s.req)
+        alloc = eng.runner.allocator
+        chunk = eng.backpressure.update(len(decoders), alloc.num_free / max(alloc.num_usable, 1))
+        self._prefill_chunks(seqs, min(chunk, cfg.token_budget - len(decoders)), True, work)
+        return work
+
+    def _score(self, trees: list[Request], seqs: list[Seq]) -> Work:
+        cfg = self.engine.config
+        work = Work("score", [], [], [], [], [], [])
+        used = 0
+        for r in trees:
+            t = r.tree
+            if work.trees and used + len(t.tokens) > cfg.token_budget:
+                break
+            p = r.prefix_seq
+            work.chunks.append(Chunk(p.pages, len(p.prompt), t.tokens, parents=t.parents, positions=t.positions,
+                                     write=False, rows=t.rows))
+            work.targets.extend(t.targets)
+            work.trees.append(r)
+            work.requests.append(r)
+            used += len(t.tokens)
+        self._prefill_chunks(seqs, cfg.token_budget - used, False, work)
+        return work
+
+    # ------------------------------------------------------------------ results
+    def dispatch(self, work: Work, outcome) -> None:
+        eng = self.engine
+        now = time.perf_counter()
+        eng.stage(f"{work.kind}_step", now - self.t_start)
+        eng.counters["steps"] += 1
+        eng.counters["step_tokens"] += sum(len(c.tokens) for c in work.chunks)
+        for s, n in work.prefills:
+            s.prefilled += n
+            eng.counters["prefill_tokens"] += n
+            if s.prefilling:
+                continue
+            s.prefill_done_at = now
+            eng.cache.insert(s.prompt, s.pages)
+            if s.sampling is None and s.req.kind == "generate" and s.req.prefix_seq is s:
+                eng.prefix_ready(s.req)
+        if work.kind == "score":
+            offset = 0
+            for r in work.trees:
+                n = len(r.tree.rows)
+                eng.complete_score(r, np.asarray(outcome[offset: offset + n], np.float32))
+                offset += n
+            return
+        ids, lps = outcome
+        eng.record_tokens(len(work.row_seqs))
+        done: dict[int, Request] = {}
+        for s, tok, lp in zip(work.row_seqs, ids, lps):
+            if s.pages == [] or s.req.future.done():
+                continue  # cancelled while the step ran
+            self._accept(s, int(tok), float(lp), now)
+            if all(x.finish is not None for x in s.req.seqs):
+                done[id(s.req)] = s.req
+        for req in done.values():
+            eng.complete(req)
+
+    def _accept(self, s: Seq, token: int, logprob: float, now: float) -> None:
+        eng, req = self.engine, s.req
+        s.out.append(token)
+        s.logprobs.append(logprob)
+        if req.on_token is not None:
+            try:
+                req.on_token(s.branch, token)
+            except Exception:  # a broken listener must not stop the engine
+                req.on_token = None
+        if token in eng.eos_ids:
+            s.finish = "eos"
+        elif req.stop_fn is not None and req.stop_fn(s.branch, s.out):
+            s.finish = "stop"
+        elif len(s.out) >= req.max_new_tokens:
+            s.finish = "length"
+        if s.finish is not None:
+            s.finished_at = now
+            if s.pages:
+                pages, s.pages = s.pages, []
+                eng.runner.allocator.release(pages)
