@@ -21,10 +21,7 @@ from specrag_jax.models.scoring import token_logprobs
 from specrag_jax.models.transformer import Decoder, logits_at, unstack_layers
 
 
-@functools.partial(
-    jax.jit, static_argnames=("cfg", "impl", "tree", "decode", "greedy_only", "dtype"), donate_argnames=("pool",)
-)
-def _sample_step(params, pool, tokens, meta, rows, temperature, top_k, top_p, seeds, steps, *, cfg, impl, tree,
+def _sample_body(params, pool, tokens, meta, rows, temperature, top_k, top_p, seeds, steps, *, cfg, impl, tree,
                  decode, greedy_only, dtype):
     hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode).apply({"params": params}, tokens, meta, pool)
     logits = logits_at(params, cfg, hidden[rows])
@@ -32,16 +29,22 @@ def _sample_step(params, pool, tokens, meta, rows, temperature, top_k, top_p, se
     return ids, logprobs, pool
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "impl", "tree", "decode", "dtype"), donate_argnames=("pool",))
-def _score_step(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, decode, dtype):
+def _score_body(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, decode, dtype):
     hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode).apply({"params": params}, tokens, meta, pool)
     return token_logprobs(params, cfg, hidden[rows], targets), pool
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "impl", "tree", "decode", "dtype"), donate_argnames=("pool",))
-def _logits_step(params, pool, tokens, meta, rows, *, cfg, impl, tree, decode, dtype):
+def _logits_body(params, pool, tokens, meta, rows, *, cfg, impl, tree, decode, dtype):
     hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode).apply({"params": params}, tokens, meta, pool)
     return logits_at(params, cfg, hidden[rows]), pool
+
+
+_STATIC = ("cfg", "impl", "tree", "decode", "dtype")
+_sample_step = jax.jit(_sample_body, static_argnames=_STATIC + ("greedy_only",), donate_argnames=("pool",))
+_score_step = jax.jit(_score_body, static_argnames=_STATIC, donate_argnames=("pool",))
+_logits_step = jax.jit(_logits_body, static_argnames=_STATIC, donate_argnames=("pool",))
+# Sharded runs: the body, the number of per-step inputs after (params, pool), the number of outputs before the pool.
+_BODIES = {"sample": (_sample_body, 8, 2), "score": (_score_body, 4, 1), "logits": (_logits_body, 3, 1)}
 
 
 class ModelRunner:
@@ -58,25 +61,41 @@ class ModelRunner:
         attention_impl: str = "reference",
         min_token_bucket: int = 16,
         min_page_bucket: int = 16,
+        placement=None,
     ) -> None:
+        """``placement``: optional ``specrag_jax.parallel.Placement`` (a mesh + axis rules); when given, the
+        parameters and the pool are sharded over its mesh and every step is compiled with explicit in/out
+        shardings. ``self.device`` is then the mesh's replicated sharding (a ``device_put`` target)."""
         if attention_impl not in ATTENTION_IMPLS:
             raise SpecRagError(f"unknown attention_impl {attention_impl!r}; choose one of {ATTENTION_IMPLS}")
         self.cfg = cfg
         # Commit parameters and pool to one device: jit keys its cache on placement, and the steps' outputs
         # are committed, so uncommitted inputs would compile every program a second time.
-        self.device = jax.devices()[0]
-        self.params = jax.device_put(unstack_layers(params, cfg.num_layers), self.device)
+        self.placement = placement
         self.dtype = str(jax.tree_util.tree_leaves(params)[0].dtype)
+        if placement is None:
+            self.device = jax.devices()[0]
+            self.params = jax.device_put(unstack_layers(params, cfg.num_layers), self.device)
+        else:
+            self.device = placement.replicated
+            self.params = placement.put_params(cfg, unstack_layers(params, cfg.num_layers))
+            self._param_shardings = placement.param_shardings(cfg, self.params)
+            self._pool_shardings = placement.pool_shardings(cfg, num_pages)
+            self._sharded_steps: dict = {}
         self.page_size = page_size
         self.max_seq_len = min(max_seq_len, cfg.max_position_embeddings)
         self.max_pages_per_seq = -(-self.max_seq_len // page_size)
         self.attention_impl = attention_impl
         self.min_token_bucket = min_token_bucket
         self.min_page_bucket = min(min_page_bucket, bucket(self.max_pages_per_seq))
-        self.pool: KVPool = jax.device_put(
-            make_pool(cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim, jnp.dtype(self.dtype)),
-            self.device,
-        )
+        if placement is None:
+            self.pool: KVPool = jax.device_put(
+                make_pool(cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim,
+                          jnp.dtype(self.dtype)),
+                self.device,
+            )
+        else:
+            self.pool = placement.make_pool(cfg, num_pages, page_size, self.dtype)
         self.allocator = PageAllocator(num_pages)
 
     # ---------------------------------------------------------------- packing
@@ -95,8 +114,8 @@ class ModelRunner:
         pad = lambda a, dt: np.resize(np.asarray(a, dt), r) if len(a) else np.zeros(r, dt)  # noqa: E731
         temperature = pad(temperature, np.float32)
         greedy_only = bool(np.all(temperature[: step.num_rows] == 0))
-        ids, logprobs, self.pool = _sample_step(
-            self.params, self.pool, step.tokens, step.meta, step.rows, temperature,
+        ids, logprobs, self.pool = self._run(
+            "sample", step.tokens, step.meta, step.rows, temperature,
             pad(top_k, np.int32), pad(top_p, np.float32), pad(seeds, np.uint32), pad(steps, np.int32),
             cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode, greedy_only=greedy_only,
             dtype=self.dtype,
@@ -107,16 +126,57 @@ class ModelRunner:
         """Run the step; log p(targets[i]) at each wanted row i (no full logits array)."""
         tgt = np.zeros(step.rows.shape[0], np.int32)
         tgt[: len(targets)] = targets
-        logprobs, self.pool = _score_step(
-            self.params, self.pool, step.tokens, step.meta, step.rows, tgt,
+        logprobs, self.pool = self._run(
+            "score", step.tokens, step.meta, step.rows, tgt,
             cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode, dtype=self.dtype,
         )
         return np.asarray(logprobs)[: step.num_rows]
 
     def logits(self, step: PackedStep) -> np.ndarray:
         """Run the step; full float32 logits [rows, vocab] at the wanted rows only (tests, parity checks)."""
-        logits, self.pool = _logits_step(
-            self.params, self.pool, step.tokens, step.meta, step.rows,
+        logits, self.pool = self._run(
+            "logits", step.tokens, step.meta, step.rows,
             cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode, dtype=self.dtype,
         )
         return np.asarray(logits)[: step.num_rows]
+
+    # ---------------------------------------------------------------- sharded execution
+    def _run(self, kind: str, *args, **statics):
+        """One step: the shared jitted function, or (with a placement) this runner's sharded compilation."""
+        if self.placement is None:
+            fn = {"sample": _sample_step, "score": _score_step, "logits": _logits_step}[kind]
+            return fn(self.params, self.pool, *args, **statics)
+        fn, in_shardings = self._sharded_step(kind, args, statics)
+        if not self.placement.replicated.is_fully_addressable:  # multi-process: every input as a global array
+            from specrag_jax.parallel.placement import put_global
+
+            args = jax.tree_util.tree_map(put_global, tuple(args), tuple(in_shardings[2:]))
+            *outs, pool = fn(self.params, self.pool, *args)
+            return (*(o.addressable_data(0) for o in outs), pool)  # replicated: every process has all of it
+        return fn(self.params, self.pool, *args)
+
+    def _sharded_step(self, kind: str, args: tuple, statics: dict):
+        """A jit of the step body with explicit in/out shardings, one per (kind, token bucket, statics)."""
+        key = (kind, int(np.shape(args[0])[0]), tuple(sorted(statics.items())))
+        if key not in self._sharded_steps:
+            body, n_in, n_out = _BODIES[kind]
+            pl = self.placement
+            in_shardings = (self._param_shardings, self._pool_shardings, pl.token_sharding(key[1]),
+                            pl.meta_shardings(args[1])) + (pl.replicated,) * (n_in - 2)
+            out_shardings = (pl.replicated,) * n_out + (self._pool_shardings,)
+            fn = jax.jit(functools.partial(body, **statics), in_shardings=in_shardings,
+                         out_shardings=out_shardings, donate_argnums=(1,))
+            self._sharded_steps[key] = (fn, in_shardings)
+        return self._sharded_steps[key]
+
+    def lower_step(self, kind: str, step: PackedStep, *extra):
+        """The lowered (not yet compiled) sharded step for ``step`` (``kind``: sample, score, logits); used to
+        read the collectives a sharding compiles to. ``extra``: that kind's inputs after rows."""
+        if self.placement is None:
+            raise SpecRagError("lower_step needs a runner with a placement")
+        statics = dict(cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode, dtype=self.dtype)
+        if kind == "sample":
+            statics["greedy_only"] = True
+        args = (step.tokens, step.meta, step.rows, *extra)
+        fn, _ = self._sharded_step(kind, args, statics)
+        return fn.lower(self.params, self.pool, *args)

@@ -1,0 +1,31 @@
+"""Scale-out with JAX's own runtime: meshes, logical axis rules, shardings, disjoint sub-meshes.
+
+Multi-device checks on a CPU host: set ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` before JAX
+starts (``python -m specrag_jax.parallel.checks`` does this for itself).
+"""
+
+from specrag_jax.parallel.mesh import (
+    disjoint_meshes,
+    make_mesh,
+    mesh_spec,
+    parse_device_list,
+    parse_mesh_spec,
+    split_devices,
+)
+from specrag_jax.parallel.placement import Placement, put_global
+from specrag_jax.parallel.rules import DEFAULT_RULES, param_specs, pool_spec, resolve_spec
+
+__all__ = [
+    "DEFAULT_RULES",
+    "Placement",
+    "disjoint_meshes",
+    "make_mesh",
+    "mesh_spec",
+    "param_specs",
+    "parse_device_list",
+    "parse_mesh_spec",
+    "pool_spec",
+    "put_global",
+    "resolve_spec",
+    "split_devices",
+]

@@ -1,0 +1,93 @@
+"""Sharded == single device, on 8 host CPU devices (in a subprocess; see conftest.py)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.parallel.conftest import ROOT, run_json
+
+
+def test_eight_devices(multidevice):
+    assert multidevice["devices"] == 8
+
+
+def test_tiny_models_sharded_tokens_and_scores_match(multidevice):
+    by_arch = {r["arch"]: r for r in multidevice["tiny"]}
+    assert set(by_arch) == {"llama", "gemma3"}
+    for r in by_arch.values():
+        assert r["num_devices"] == 8
+        assert r["tokens_equal"], r
+        assert r["max_score_diff"] < 1e-4, r
+    # Llama's 4 KV heads split over model=4 (pool too); Gemma 3's single KV head stays replicated.
+    assert by_arch["llama"]["pool_sharding"] == "P(None, None, 'model')"
+    assert by_arch["llama"]["replicated"] == []
+    assert by_arch["gemma3"]["pool_sharding"] == "P()"
+    assert all("kv_heads(1 over model=8)" in n for n in by_arch["gemma3"]["replicated"])
+
+
+def test_pallas_kernels_under_shard_map_match(multidevice):
+    rows = multidevice["pallas"]
+    assert {(tuple(r["heads"]), r["decode"]) for r in rows} == {((8, 4), False), ((8, 4), True), ((8, 1), False),
+                                                                ((8, 1), True)}
+    for r in rows:
+        assert r["split"] == ("kv" if r["heads"][1] == 4 else "q")
+        assert r["max_diff"] < 1e-5, r
+        assert r["out_sharding"] == "P(None, 'model')"
+
+
+def test_sharded_dense_topk_equals_unsharded(multidevice):
+    r = multidevice["dense"]
+    assert r["shards"] == 8
+    assert r["ids_equal"]
+    assert r["max_score_diff"] < 1e-5
+    assert r["tie_order"] == [7, 500]
+
+
+def test_drafter_and_verifier_on_disjoint_submeshes_run_concurrently(multidevice):
+    r = multidevice["submeshes"]
+    assert r["disjoint"]
+    assert r["drafter_devices"] == [0, 1] and r["verifier_devices"] == [2, 3, 4, 5, 6, 7]
+    assert r["drafter_params_on"] == [0, 1] and r["verifier_pool_on"] == [2, 3, 4, 5, 6, 7]
+    assert r["same_as_sequential"]
+    assert r["overlap_s"] > 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_sharded_forward_matches_single_process():
+    import os
+
+    from specrag_jax.parallel.distributed import sharded_forward_logits
+
+    port = _free_port()
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    cmd = [sys.executable, "-m", "specrag_jax.parallel.distributed", "--coordinator", f"127.0.0.1:{port}",
+           "--num-processes", "2", "--mesh", "data=2,model=2"]
+    procs = [subprocess.Popen(cmd + ["--process-id", str(i)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    import json
+
+    result = json.loads([ln for ln in outs[0][0].splitlines() if ln.startswith("{")][-1])
+    assert (result["process_count"], result["devices"], result["local_devices"]) == (2, 4, 2)
+    want = sharded_forward_logits(None)
+    np.testing.assert_allclose(np.asarray(result["logits"]), want, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_gemma3_270m_sharded_matches_single_device():
+    r = run_json(["-m", "specrag_jax.parallel.checks", "gemma"])["gemma"]
+    assert r["num_devices"] == 8
+    assert r["tokens_equal"], r
+    assert r["max_score_diff"] < 1e-4, r
