@@ -1,0 +1,92 @@
+"""``specrag serve``: load the models, start the engines and serve HTTP with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specrag_jax.errors import SpecRagError
+
+
+def add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``serve`` (its handler is ``args.serve_main``)."""
+    from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
+
+    p = sub.add_parser("serve", help="serve the models over HTTP (OpenAI-compatible + /v1/rag)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
+    p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="model name, path, or tiny:llama / tiny:gemma3")
+    p.add_argument("--verifier", default=DEFAULT_VERIFIER)
+    p.add_argument("--corpus", default=None, help="corpus searched when /v1/rag gets no documents")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--max-seq-len", type=int, default=2048)
+    p.add_argument("--num-pages", type=int, default=1024, help="KV pages per model")
+    p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--token-budget", type=int, default=256, help="most tokens in one engine step")
+    p.add_argument("--max-running", type=int, default=64, help="sequences running per engine")
+    p.add_argument("--max-inflight", type=int, default=32, help="HTTP requests served at once")
+    p.add_argument("--max-waiting", type=int, default=64, help="more requests than this waiting: 429")
+    p.add_argument("--request-timeout", type=float, default=120.0, help="seconds per request")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    p.add_argument("--no-prefix-cache", action="store_true")
+    p.add_argument("--no-backpressure", action="store_true")
+    p.add_argument("--n-docs", type=int, default=10)
+    p.add_argument("--m", type=int, default=5, help="default number of drafts")
+    p.add_argument("--k", type=int, default=2, help="default number of clusters")
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(serve_main=serve_main)
+
+
+def _load(name: str, args: argparse.Namespace, seed: int):
+    from specrag_jax.models.text_model import TextModel
+    from specrag_jax.serving.tiny import tiny_text_model
+
+    if name.startswith("tiny:"):
+        return tiny_text_model(name, seed=seed, num_pages=args.num_pages, page_size=args.page_size,
+                               max_seq_len=min(args.max_seq_len, 1024))
+    return TextModel.load(name, dtype=args.dtype, max_seq_len=args.max_seq_len, num_pages=args.num_pages,
+                          page_size=args.page_size)
+
+
+def build_service(args: argparse.Namespace):
+    """Models, engines and the RAG resources for ``args`` (not started)."""
+    from specrag_jax.pipeline.factory import clustered_subsets, lexical_search
+    from specrag_jax.pipeline.specrag import RAGConfig
+    from specrag_jax.retrieval import Embedder, LexicalIndex, default_corpus, load_corpus
+    from specrag_jax.serving.policy import SchedulerConfig
+    from specrag_jax.serving.service import ServeConfig, Service
+
+    for flag in ("port", "num_pages", "page_size", "token_budget", "max_running", "max_inflight", "max_waiting",
+                 "max_body_bytes"):
+        if getattr(args, flag) < (0 if flag == "port" else 1):
+            raise SpecRagError(f"--{flag.replace('_', '-')} must be >= 1 (got {getattr(args, flag)})")
+    if args.request_timeout <= 0:
+        raise SpecRagError(f"--request-timeout must be > 0 (got {args.request_timeout})")
+    rag = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k)
+    rag.check()
+    config = ServeConfig(
+        request_timeout=args.request_timeout, max_inflight=args.max_inflight, max_waiting=args.max_waiting,
+        max_body_bytes=args.max_body_bytes, api_key=args.api_key, prefix_cache=not args.no_prefix_cache,
+        scheduler=SchedulerConfig(token_budget=args.token_budget, max_running=args.max_running,
+                                  max_queue=max(args.max_inflight * 4, 16), backpressure=not args.no_backpressure),
+        rag=rag,
+    )
+    drafter = _load(args.drafter, args, seed=1)
+    verifier = drafter if args.verifier == args.drafter else _load(args.verifier, args, seed=2)
+    docs = default_corpus() if args.corpus is None else load_corpus(args.corpus)
+    return Service(drafter, verifier, subsets=clustered_subsets(Embedder(drafter)),
+                   search=lexical_search(LexicalIndex.build(docs)), config=config)
+
+
+def serve_main(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from specrag_jax.serving.app import create_app
+
+    service = build_service(args)
+    app = create_app(service)
+    print(f"specrag: serving {args.drafter} (drafter) and {args.verifier} (verifier) on "
+          f"http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=60)
+    return 0

@@ -1,0 +1,153 @@
+"""OpenAI-compatible /v1/completions and /v1/chat/completions (JSON or server-sent events)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import AsyncIterator, Sequence
+
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from specrag_jax.models.generation import GenerationResult
+from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.text_model import TextModel
+from specrag_jax.serving.requests import RequestTimeout
+from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, _Sampling
+from specrag_jax.serving.service import Service
+
+
+def sse(data) -> bytes:
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+
+
+def chat_prompt(model: TextModel, messages: list[dict]) -> list[int]:
+    """Token ids of a conversation in the model's chat template (a plain transcript when it has none)."""
+    tok = model.tokenizer
+    if tok.chat_template:
+        ids = tok.encode(tok.apply_chat_template(messages), add_bos=False)
+        if tok.add_bos_default and tok.bos_id is not None and (not ids or ids[0] != tok.bos_id):
+            ids = [tok.bos_id] + ids
+        return ids
+    text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+    return tok.encode(text, add_bos=tok.add_bos_default)
+
+
+def _cut(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def _stop_fn(model: TextModel, stops: list[str]):
+    if not stops:
+        return None
+    decode = model.tokenizer.decode
+    return lambda _row, out: any(s in decode(out[-16:]) for s in stops)
+
+
+def _sampling(body: _Sampling) -> SamplingParams:
+    return SamplingParams(body.temperature, body.top_k, body.top_p, body.seed or 0)
+
+
+def _finish(r: GenerationResult, stopped: bool) -> str:
+    return "stop" if stopped or r.finish_reason in ("eos", "stop") else "length"
+
+
+class OpenAIHandlers:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def completions(self, body: CompletionRequest | ChatCompletionRequest, chat: bool = False):
+        role, model = self.service.model(body.model)
+        if chat:
+            prompts = [chat_prompt(model, [m.model_dump() for m in body.messages])]  # type: ignore[attr-defined]
+        else:
+            texts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
+            if not 1 <= len(texts) <= 16 or not all(texts):
+                from specrag_jax.errors import SpecRagError
+                raise SpecRagError("prompt must be a non-empty string or a list of 1 to 16 non-empty strings")
+            prompts = [model.encode_prompt(t) for t in texts]
+        sampling, stops = _sampling(body), body.stops()
+        engine = self.service.engines[role]
+        timeout = self.service.config.request_timeout
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        created = int(time.time())
+        if body.stream:
+            if len(prompts) != 1:
+                from specrag_jax.errors import SpecRagError
+                raise SpecRagError("stream supports one prompt")
+            loop = asyncio.get_running_loop()
+            queue: asyncio.Queue = asyncio.Queue()
+            req = engine.submit_generate([], prompts, sampling, body.max_tokens, _stop_fn(model, stops),
+                                         on_token=lambda _b, t: loop.call_soon_threadsafe(queue.put_nowait, t),
+                                         timeout=timeout)
+            return StreamingResponse(self._stream(req, queue, model, stops, rid, created, role, chat),
+                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        req = engine.submit_generate([], prompts, sampling, body.max_tokens, _stop_fn(model, stops), timeout=timeout)
+        try:
+            results = await asyncio.wait_for(asyncio.wrap_future(req.future), timeout + 5)
+        except asyncio.TimeoutError:
+            raise RequestTimeout("request timed out") from None
+        finally:
+            if not req.future.done():
+                req.cancel()
+        choices, usage = [], {"prompt_tokens": 0, "completion_tokens": 0}
+        for i, r in enumerate(results):
+            text, stopped = _cut(model.tokenizer.decode(r.token_ids), stops)
+            choice = {"index": i, "finish_reason": _finish(r, stopped), "logprobs": None}
+            choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
+            choices.append(choice)
+            usage["prompt_tokens"] += r.num_prompt_tokens
+            usage["completion_tokens"] += len(r.token_ids)
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return JSONResponse({"id": rid, "object": "chat.completion" if chat else "text_completion",
+                             "created": created, "model": model.name, "choices": choices, "usage": usage})
+
+    async def _stream(self, req, queue: asyncio.Queue, model: TextModel, stops: list[str], rid: str, created: int,
+                      role: str, chat: bool) -> AsyncIterator[bytes]:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        hold = max((len(s) for s in stops), default=1) - 1  # text that may still turn into a stop string
+
+        def chunk(delta: str | None, finish: str | None = None) -> bytes:
+            if chat:
+                d = {} if delta is None else {"content": delta}
+                c = {"index": 0, "delta": d, "finish_reason": finish}
+            else:
+                c = {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
+            return sse({"id": rid, "object": obj, "created": created, "model": model.name, "choices": [c]})
+
+        ids: list[int] = []
+        sent = ""
+        try:
+            if chat:
+                yield sse({"id": rid, "object": obj, "created": created, "model": model.name,
+                           "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
+            fut = asyncio.wrap_future(req.future)
+            while True:
+                get = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({get, fut}, return_when=asyncio.FIRST_COMPLETED)
+                if get not in done:
+                    get.cancel()
+                    break
+                ids.append(get.result())
+                text, stopped = _cut(model.tokenizer.decode(ids), stops)
+                ready = text if stopped else text[: max(len(text) - hold, len(sent))]
+                if len(ready) > len(sent):
+                    yield chunk(ready[len(sent):])
+                    sent = ready
+            try:
+                [result] = await fut
+            except Exception as exc:  # timeout / cancellation mid-stream: tell the client, end the stream
+                yield sse({"error": {"message": str(exc), "type": type(exc).__name__}})
+                return
+            while not queue.empty():
+                ids.append(queue.get_nowait())
+            text, stopped = _cut(model.tokenizer.decode(result.token_ids), stops)
+            if len(text) > len(sent):
+                yield chunk(text[len(sent):])
+            yield chunk(None, _finish(result, stopped))
+            yield sse("[DONE]")
+        finally:
+            if not req.future.done():
+                req.cancel()  # the client went away mid-stream
