@@ -6,12 +6,14 @@ answer, case-insensitively. The answer is what the method returns (first line, a
 
 from __future__ import annotations
 
+import copy
 import statistics
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.pipeline.drafting import Draft
+from specrag_jax.pipeline.selection import TERMS, ScoreOptions, best, score_drafts
 from specrag_jax.pipeline.specrag import METHODS, SpecRAG
 from specrag_jax.retrieval import docs_from_context
 from specrag_jax.retrieval.corpus import iter_json_lines
@@ -49,36 +51,81 @@ def _latency(values: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(values), "median": statistics.median(values), "p95": p95}
 
 
+def _row_docs(row: dict) -> list[dict] | None:
+    return docs_from_context(row.get("context") or []) if row.get("context") else None
+
+
 def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: bool = True) -> dict[str, Any]:
-    """Run every method on every row; returns the public JSON shape (without ``config``)."""
+    """Run every method on every row; returns the public JSON shape (without ``config``).
+
+    The methods of one question run together (``SpecRAG.answer_methods``): speculative, drafter_only and
+    random_draft share one set of drafts, and each method's latency is its own stages' time. ``latency_s``
+    excludes one-time XLA compilation (``compile_s`` reports it; ``wall_s`` includes it).
+    """
     unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise SpecRagError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+    if unknown or not methods:
+        raise SpecRagError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(METHODS)}")
     from tqdm import tqdm
 
-    out: dict[str, Any] = {"methods": {}, "predictions": []}
-    for method in methods:
-        correct, latencies, by_source = [], [], {}
-        tokens = {k: 0 for k in TOKEN_KEYS}
-        for row in tqdm(rows, desc=method, disable=not progress, unit="q"):
-            docs = docs_from_context(row.get("context") or []) if row.get("context") else None
-            t = time.perf_counter()
-            result = rag.answer(row["question"], docs, method)
-            latencies.append(time.perf_counter() - t)
+    acc: dict[str, dict[str, Any]] = {m: {"correct": [], "latency": [], "wall": [], "compile": 0.0, "by_source": {},
+                                          "tokens": {k: 0 for k in TOKEN_KEYS}} for m in methods}
+    predictions = []
+    verified: list[tuple[list[Draft], list[str]]] = []
+    for row in tqdm(rows, desc="questions", disable=not progress, unit="q"):
+        answers = rag.answer_methods(row["question"], _row_docs(row), methods)
+        for method, result in answers.items():
+            a = acc[method]
             ok = is_correct(result.answer, row["ground_truth"])
-            correct.append(ok)
-            by_source.setdefault(row.get("data_source", "unknown"), []).append(ok)
+            total, compile_s = float(result.trace["total_s"]), float(result.trace.get("compile_s", 0.0))
+            a["correct"].append(ok)
+            a["wall"].append(total)
+            a["latency"].append(max(total - compile_s, 0.0))
+            a["compile"] += compile_s
+            a["by_source"].setdefault(row.get("data_source", "unknown"), []).append(ok)
             for k in TOKEN_KEYS:
-                tokens[k] += int(result.trace.get(k, 0))
-            out["predictions"].append({"method": method, "question_id": row.get("question_id"),
-                                       "answer": result.answer, "correct": ok})
+                a["tokens"][k] += int(result.trace.get(k, 0))
+            predictions.append({"method": method, "question_id": row.get("question_id"),
+                                "data_source": row.get("data_source"), "answer": result.answer, "correct": ok,
+                                "latency_s": a["latency"][-1], "compile_s": compile_s,
+                                "drafts": [d.to_dict() for d in result.drafts]})
+            if method == "speculative":
+                verified.append((result.drafts, row["ground_truth"]))
+    out: dict[str, Any] = {"methods": {}, "predictions": predictions}
+    for method, a in acc.items():
+        tokens = a["tokens"]
         out["methods"][method] = {
             "n": len(rows),
-            "accuracy": sum(correct) / len(correct),
-            "by_source": {s: sum(v) / len(v) for s, v in sorted(by_source.items())},
-            "latency_s": _latency(latencies),
+            "accuracy": sum(a["correct"]) / len(a["correct"]),
+            "by_source": {s: sum(v) / len(v) for s, v in sorted(a["by_source"].items())},
+            "latency_s": _latency(a["latency"]),
+            "wall_s": _latency(a["wall"]),
+            "compile_s": a["compile"],
             "tokens": {**tokens, "total": sum(tokens.values()), "per_question": sum(tokens.values()) / len(rows)},
         }
+    if verified:
+        out["ablations"] = score_ablations(verified)
+    return out
+
+
+def score_ablations(verified: Sequence[tuple[Sequence[Draft], Sequence[str]]]) -> dict[str, float]:
+    """Accuracy of the speculative selection under every score variant, re-scored from the same drafts.
+
+    Keys are ``"<terms joined by +>/<normalize>"`` (sr = yes_vs_no) plus ``"draft+sc+sr/<normalize>/sr=yes"``;
+    ``"oracle"`` is the share of questions where at least one draft is correct (the selection's ceiling).
+    """
+    variants = [ScoreOptions(n, terms) for n in ("mean", "sum")
+                for terms in (("draft",), ("sc",), ("sr",), ("draft", "sc"), ("sc", "sr"), ("draft", "sr"), TERMS)]
+    variants += [ScoreOptions(n, TERMS, "yes") for n in ("mean", "sum")]
+    out: dict[str, float] = {}
+    for opt in variants:
+        name = "+".join(opt.terms) + "/" + opt.normalize + ("/sr=yes" if opt.sr == "yes" else "")
+        hits = 0
+        for drafts, truth in verified:
+            drafts = copy.deepcopy(list(drafts))
+            score_drafts(drafts, opt)
+            hits += is_correct(best(drafts).answer, truth)
+        out[name] = hits / len(verified)
+    out["oracle"] = sum(any(is_correct(d.answer, t) for d in ds) for ds, t in verified) / len(verified)
     return out
 
 

@@ -14,23 +14,35 @@ DATA = Path(__file__).parent / "data" / "mini_eval.jsonl"
 
 @pytest.mark.slow
 def test_eval_json_contract(capsys, tmp_path):
-    code = main(["eval", "--data", str(DATA), "--methods", "closed_book,standard,speculative", "--limit", "2",
+    code = main(["eval", "--data", str(DATA), "--methods", "closed_book,standard,speculative,drafter_only,random_draft",
+                 "--limit", "2",
                  "--drafter", "smollm2-135m-instruct", "--verifier", "smollm2-135m-instruct", "--m", "2",
                  "--json", "--out", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 0, err
     res = json.loads(out)
     assert set(res) >= {"methods", "config"}
-    for name in ("closed_book", "standard", "speculative"):
+    assert list(res["methods"]) == ["closed_book", "standard", "speculative", "drafter_only", "random_draft"]
+    for name in res["methods"]:
         m = res["methods"][name]
         assert m["n"] == 2 and 0.0 <= m["accuracy"] <= 1.0
         assert set(m["by_source"]) == {"toy", "toy2"}
         assert set(m["latency_s"]) == {"mean", "median", "p95"} and m["latency_s"]["mean"] > 0
         assert m["tokens"]["total"] > 0
+        assert m["compile_s"] >= 0 and m["wall_s"]["mean"] >= m["latency_s"]["mean"]
+    # drafter_only and random_draft reuse the speculative drafts: no verifier tokens, same drafter tokens.
+    spec, dro = res["methods"]["speculative"]["tokens"], res["methods"]["drafter_only"]["tokens"]
+    assert dro["drafter_decode_tokens"] == spec["drafter_decode_tokens"] > 0
+    assert dro["verifier_tree_tokens"] == 0
+    ablations = res["ablations"]
+    assert {"draft+sc+sr/mean", "draft/sum", "sc+sr/mean", "oracle"} <= set(ablations)
+    assert all(0.0 <= v <= ablations["oracle"] for k, v in ablations.items())
     assert res["config"]["m"] == 2
     assert json.loads((tmp_path / "results.json").read_text())["methods"].keys() == res["methods"].keys()
     assert (tmp_path / "accuracy_vs_latency.png").stat().st_size > 0
-    assert len((tmp_path / "predictions.jsonl").read_text().splitlines()) == 6
+    predictions = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert len(predictions) == 10
+    assert all(1 <= len(p["drafts"]) <= 2 for p in predictions if p["method"] == "speculative")
 
 
 @pytest.mark.parametrize("args, message", [
