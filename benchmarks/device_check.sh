@@ -16,3 +16,8 @@ timeout 90 python benchmarks/kernels.py --models smollm2-135m-instruct --repeats
   --out "$out/kernels_gpu.json" 2>&1 | tail -5 | tee -a "$out/device_check.log"
 echo "summary:" | tee -a "$out/device_check.log"
 grep -E "passed|failed|packed" "$out/device_check.log" | tee -a "$out/device_check.log"
+# Sharded execution on the real device(s): tiny Llama/Gemma 3 through the sharded runner (explicit in/out
+# shardings) vs the single-device runner, and the sharded dense top-k; one mesh over every visible GPU.
+ndev=$(python -c "import jax; print(len(jax.devices()))")
+timeout 120 python -m specrag_jax.parallel.checks tiny dense --spec "model=$ndev" 2>&1 | tail -1 \
+  | tee "$out/parallel_check.json" | cut -c1-600 | tee -a "$out/device_check.log"

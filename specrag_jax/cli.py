@@ -28,6 +28,9 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attention-impl", default="reference")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the converted-weights cache")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    from specrag_jax.parallel.cli import add_mesh_arguments
+
+    add_mesh_arguments(p, groups=False)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -39,8 +42,11 @@ def _generate(args: argparse.Namespace) -> int:
         raise SpecRagError(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens})")
     if not args.prompt:
         raise SpecRagError("empty prompt: nothing to generate from")
+    from specrag_jax.parallel.cli import placement_from_args
+
+    placement = placement_from_args(args)  # before loading: a bad --mesh fails fast
     model = TextModel.load(args.model, dtype=args.dtype, max_seq_len=args.max_seq_len, max_batch=1,
-                           attention_impl=args.attention_impl, cache=not args.no_cache)
+                           attention_impl=args.attention_impl, cache=not args.no_cache, placement=placement)
     result = model.generate([args.prompt], sampling, args.max_new_tokens, args.stop, chat=args.chat)[0]
     n_decode = max(len(result.token_ids) - 1, 0)  # the first token comes from prefill
     if args.json:
@@ -77,6 +83,25 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fallback", default="standard", choices=["standard", "unanswerable"])
     p.add_argument("--no-consensus", action="store_true", help="always verify, even when all drafts agree")
     p.add_argument("--seed", type=int, default=0)
+    from specrag_jax.parallel.cli import add_mesh_arguments
+
+    add_mesh_arguments(p)
+
+
+def _build_rag(args: argparse.Namespace, corpus, config):
+    """build_specrag with the drafter/verifier placements from --mesh / --drafter-devices / --verifier-devices."""
+    import inspect
+
+    from specrag_jax.parallel.cli import placements_from_args
+    from specrag_jax.pipeline.factory import build_specrag
+
+    placements = placements_from_args(args)
+    kwargs = {}
+    if placements.drafter is not None or placements.verifier is not None:
+        if "drafter_placement" not in inspect.signature(build_specrag).parameters:
+            raise SpecRagError("--mesh/--drafter-devices/--verifier-devices are not supported by this build_specrag")
+        kwargs = {"drafter_placement": placements.drafter, "verifier_placement": placements.verifier}
+    return build_specrag(args.drafter, args.verifier, corpus, config, **kwargs)
 
 
 def _rag_config(args: argparse.Namespace):
@@ -100,11 +125,9 @@ def _add_ask(sub: argparse._SubParsersAction) -> None:
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from specrag_jax.pipeline.factory import build_specrag
-
     if not args.question.strip():
         raise SpecRagError("empty question")
-    rag = build_specrag(args.drafter, args.verifier, args.corpus, _rag_config(args))
+    rag = _build_rag(args, args.corpus, _rag_config(args))
     result = rag.answer(args.question, None, args.method)
     if args.json:
         print(json.dumps(result.to_dict()))
@@ -130,14 +153,13 @@ def _eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from specrag_jax.pipeline.evaluation import evaluate, load_questions, plot_accuracy_latency
-    from specrag_jax.pipeline.factory import build_specrag
 
     if args.limit is not None and args.limit < 1:
         raise SpecRagError(f"--limit must be >= 1 (got {args.limit})")
     rows = load_questions(args.data, args.limit)
     methods = [m for m in args.methods.split(",") if m]
     config = _rag_config(args)
-    rag = build_specrag(args.drafter, args.verifier, None, config)
+    rag = _build_rag(args, None, config)
     results = evaluate(rag, rows, methods, progress=not args.json)
     predictions = results.pop("predictions")
     results["config"] = {"data": args.data, "limit": args.limit, "drafter": args.drafter,

@@ -39,12 +39,21 @@ def _logits_body(params, pool, tokens, meta, rows, *, cfg, impl, tree, decode, d
     return logits_at(params, cfg, hidden[rows]), pool
 
 
+def _score_body_vocab_parallel(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, decode, dtype):
+    """Sharded scoring: full logits [rows, vocab] split over the vocabulary, then log-softmax (small all-reduces).
+
+    The chunked scan of ``token_logprobs`` would gather a vocabulary-sharded output table on every device."""
+    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode).apply({"params": params}, tokens, meta, pool)
+    logp = jax.nn.log_softmax(logits_at(params, cfg, hidden[rows]), axis=-1)
+    return jnp.take_along_axis(logp, targets[:, None], axis=-1)[:, 0], pool
+
+
 _STATIC = ("cfg", "impl", "tree", "decode", "dtype")
 _sample_step = jax.jit(_sample_body, static_argnames=_STATIC + ("greedy_only",), donate_argnames=("pool",))
 _score_step = jax.jit(_score_body, static_argnames=_STATIC, donate_argnames=("pool",))
 _logits_step = jax.jit(_logits_body, static_argnames=_STATIC, donate_argnames=("pool",))
 # Sharded runs: the body, the number of per-step inputs after (params, pool), the number of outputs before the pool.
-_BODIES = {"sample": (_sample_body, 8, 2), "score": (_score_body, 4, 1), "logits": (_logits_body, 3, 1)}
+_BODIES = {"sample": (_sample_body, 8, 2), "score": (_score_body_vocab_parallel, 4, 1), "logits": (_logits_body, 3, 1)}
 
 
 class ModelRunner:

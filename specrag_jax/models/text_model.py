@@ -55,8 +55,11 @@ class TextModel:
         max_batch: int = 4,
         attention_impl: str = "reference",
         cache: bool = True,
+        placement=None,
     ) -> "TextModel":
-        """Load weights (GGUF or HF directory, cached via orbax) and the tokenizer."""
+        """Load weights (GGUF or HF directory, cached via orbax) and the tokenizer.
+
+        ``placement``: optional ``specrag_jax.parallel.Placement`` to shard the model over a device mesh."""
         t0 = time.perf_counter()
         cfg, params = load_model_params(name_or_path, dtype=dtype, cache=cache)
         tokenizer = load_tokenizer(name_or_path)
@@ -64,7 +67,7 @@ class TextModel:
         if num_pages is None:
             num_pages = max_batch * -(-max_seq_len // page_size) + 1
         runner = ModelRunner(cfg, params, num_pages=num_pages, page_size=page_size, max_seq_len=max_seq_len,
-                             attention_impl=attention_impl)
+                             attention_impl=attention_impl, placement=placement)
         return cls(name_or_path, runner, tokenizer, time.perf_counter() - t0)
 
     def encode_prompt(self, prompt: str, chat: bool = False) -> list[int]:

@@ -172,11 +172,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checks", nargs="*", default=["tiny", "pallas", "dense", "submeshes"],
                         help=f"any of {', '.join(CHECKS)}")
+    parser.add_argument("--spec", default=None, help="mesh spec for tiny/gemma/dense (default: each check's own, "
+                                                     "for 8 devices), e.g. model=1 on one GPU")
     args = parser.parse_args(argv)
     out = {"devices": len(jax.devices()), "platform": jax.devices()[0].platform}
     for name in args.checks:
         t0 = time.perf_counter()
-        out[name] = CHECKS[name]()
+        if args.spec and name == "tiny":
+            out[name] = check_tiny((args.spec, args.spec))
+        elif args.spec and name in ("gemma", "dense"):
+            out[name] = CHECKS[name](args.spec)
+        else:
+            out[name] = CHECKS[name]()
         out[f"{name}_s"] = round(time.perf_counter() - t0, 2)
     print(json.dumps(out))
     return 0

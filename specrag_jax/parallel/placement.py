@@ -8,6 +8,7 @@ sharding across steps, so nothing recompiles or reshards between calls).
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Mapping
 
 import jax
@@ -95,7 +96,7 @@ class Placement:
         flat = {"/".join(str(getattr(k, "key", k)) for k in path): str(s)
                 for path, s in jax.tree_util.tree_flatten_with_path(specs, is_leaf=lambda x: isinstance(x, P))[0]}
         return {"mesh": self.spec, "params": flat, "kv_pool": str(pool_spec(cfg, num_pages, self.mesh, self.rules)),
-                "replicated": sorted(set(notes))}
+                "replicated": sorted({re.sub(r"layers_\d+/", "layers_*/", n) for n in notes})}
 
 
 def put_global(value: Any, sharding: NamedSharding) -> jax.Array:
