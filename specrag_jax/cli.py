@@ -201,6 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_generate(sub)
     _add_ask(sub)
     _add_eval(sub)
+    from specrag_jax.serving.cli import add_serve_parser
+
+    add_serve_parser(sub)
     args = parser.parse_args(argv)
     try:
         enable_compilation_cache()
@@ -210,6 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _ask(args)
         if args.command == "eval":
             return _eval(args)
+        if args.command == "serve":
+            return args.serve_main(args)
     except SpecRagError as exc:
         print(f"specrag: error: {exc}", file=sys.stderr)
         return 2

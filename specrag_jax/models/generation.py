@@ -6,6 +6,7 @@ import dataclasses
 import time
 from typing import Callable, Sequence
 
+import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import pages_needed
@@ -122,6 +123,19 @@ class Generator:
                              shared_prefix_tokens=shared_len)
             for s in seqs
         ]
+
+    def score_tree(self, prefix: Sequence[int], tokens: Sequence[int], parents: Sequence[int],
+                   positions: Sequence[int], rows: Sequence[int], targets: Sequence[int]) -> np.ndarray:
+        """log p(targets[i]) at tree row ``rows[i]``: the prefix is written to pages, the token tree (chunk-local
+        parents, -1 = attaches to the prefix) is scored without storing its K/V, and the pages are released."""
+        runner = self.runner
+        pages = runner.allocator.allocate(pages_needed(len(prefix), runner.page_size))
+        try:
+            runner.score(runner.pack([Chunk(pages, 0, list(prefix), rows=[len(prefix) - 1])]), [0])
+            tree = Chunk(pages, len(prefix), tokens, parents=parents, positions=positions, write=False, rows=rows)
+            return runner.score(runner.pack([tree]), targets)
+        finally:
+            runner.allocator.release(pages)
 
     def _prefill_shared(self, tokens: list[int], pages: list[int]) -> None:
         """Write a shared prefix's K/V into its pages (chunked by the prefill budget; nothing sampled)."""

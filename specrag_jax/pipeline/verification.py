@@ -14,8 +14,6 @@ from typing import Sequence
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.kernels import pages_needed
-from specrag_jax.models.packing import Chunk
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.prompts import RATIONALE_TAG, REFLECTION_PROMPT, RESPONSE_TAG, verifier_prefix
@@ -65,13 +63,7 @@ def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft]) -
     if len(prefix) + longest > runner.max_seq_len:
         raise SpecRagError(f"verification needs positions up to {len(prefix) + longest}; the verifier context "
                            f"is {runner.max_seq_len} tokens")
-    pages = runner.allocator.allocate(pages_needed(len(prefix), runner.page_size))
-    try:
-        runner.score(runner.pack([Chunk(pages, 0, prefix, rows=[len(prefix) - 1])]), [0])
-        tree = Chunk(pages, len(prefix), tokens, parents=parents, positions=positions, write=False, rows=rows)
-        logprobs = runner.score(runner.pack([tree]), targets)
-    finally:
-        runner.allocator.release(pages)
+    logprobs = verifier.generator.score_tree(prefix, tokens, parents, positions, rows, targets)
     for d, (start, n) in zip(drafts, spans):
         d.sc_logprob = float(np.sum(logprobs[start: start + n]))
         d.sc_tokens = n

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from specrag_jax.errors import SpecRagError
@@ -88,5 +89,10 @@ def serve_main(args: argparse.Namespace) -> int:
     app = create_app(service)
     print(f"specrag: serving {args.drafter} (drafter) and {args.verifier} (verifier) on "
           f"http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    # uvicorn drains in-flight requests on SIGTERM/SIGINT, runs the app's shutdown (engines drain), then re-raises
+    # the signal with the handlers it found installed: make those no-ops so a drained shutdown exits 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=60)
+    print("specrag: server stopped (in-flight requests drained)", file=sys.stderr, flush=True)
     return 0
