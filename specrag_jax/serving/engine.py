@@ -202,6 +202,7 @@ class Engine:
             self.stage("queue", req.admitted_at - req.submitted_at)
             self._running.append(req)
             self.counters["admitted"] += 1
+            self.counters["peak_running_requests"] = max(self.counters["peak_running_requests"], len(self._running))
             if req.kind == "generate" and req.prefix_seq is not None and req.seqs[0].ready:
                 self.prefix_ready(req)
 

@@ -19,8 +19,8 @@ def fuzz_service():
     from specrag_jax.retrieval import LexicalIndex
 
     # A short context bounds every generation; a trivial subset sampler keeps each RAG request cheap.
-    drafter = tiny_text_model("tiny:llama", seed=5, num_pages=64, page_size=16, max_seq_len=256)
-    verifier = tiny_text_model("tiny:gemma3", seed=6, num_pages=64, page_size=16, max_seq_len=256)
+    drafter = tiny_text_model("tiny:llama", seed=5, num_pages=192, page_size=16, max_seq_len=256)
+    verifier = tiny_text_model("tiny:gemma3", seed=6, num_pages=192, page_size=16, max_seq_len=256)
     subsets = lambda q, docs, k, m, seed: ([[i % len(docs)] for i in range(m)], {})  # noqa: E731
     config = ServeConfig(request_timeout=60, rag=RAGConfig(n_docs=2, m=2, k=1, max_draft_tokens=4,
                                                            max_answer_tokens=4, max_doc_tokens=16))
