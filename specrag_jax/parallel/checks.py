@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 
@@ -19,6 +20,7 @@ from specrag_jax.models.generation import greedy_generate
 from specrag_jax.models.packing import Chunk
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.transformer import init_params
+from specrag_jax.parallel.mesh import parse_mesh_spec
 from specrag_jax.parallel.placement import Placement
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [3, 4, 5]]
@@ -81,6 +83,13 @@ def check_gemma(spec: str = "data=2,model=4", name: str = "gemma3-270m", max_new
     prompts = [tok.encode("The capital of France is", add_bos=True)]
     prefix = tok.encode("Question: which river flows through Paris? Answer:", add_bos=True)
     return compare(cfg, params, spec, prompts=prompts, max_new=max_new, prefix=prefix, max_seq_len=96)
+
+
+def check_pallas_model(spec: str = "model=4") -> dict:
+    """The whole tiny Llama with ``attention_impl="pallas"`` (interpret mode on CPU), sharded vs single device."""
+    cfg = tiny("llama").replace(head_dim=64)
+    n = math.prod(parse_mesh_spec(spec).values())
+    return compare(cfg, init_params(cfg, seed=3), spec, impl="pallas", devices=jax.devices()[:n], max_new=3)
 
 
 def check_pallas(spec: str = "model=4") -> list[dict]:
@@ -164,8 +173,8 @@ def check_submeshes(drafter_devices: int = 2, verifier_devices: int = 6) -> dict
             "overlap_s": round(overlap_s(d, v), 3), "wall_s": round(wall, 3)}
 
 
-CHECKS = {"tiny": check_tiny, "gemma": check_gemma, "pallas": check_pallas, "dense": check_dense,
-          "submeshes": check_submeshes}
+CHECKS = {"tiny": check_tiny, "gemma": check_gemma, "pallas": check_pallas, "pallas_model": check_pallas_model,
+          "dense": check_dense, "submeshes": check_submeshes}
 
 
 def main(argv=None) -> int:

@@ -85,9 +85,24 @@ def test_two_processes_sharded_forward_matches_single_process():
     np.testing.assert_allclose(np.asarray(result["logits"]), want, atol=1e-4)
 
 
+@pytest.fixture(scope="module")
+def slow_checks() -> dict:
+    return run_json(["-m", "specrag_jax.parallel.checks", "gemma", "pallas_model"])
+
+
 @pytest.mark.slow
-def test_gemma3_270m_sharded_matches_single_device():
-    r = run_json(["-m", "specrag_jax.parallel.checks", "gemma"])["gemma"]
-    assert r["num_devices"] == 8
+def test_gemma3_270m_sharded_matches_single_device(slow_checks):
+    r = slow_checks["gemma"]
+    assert r["num_devices"] == 8 and r["spec"] == "data=2,model=4"
+    assert r["tokens_equal"], r
+    assert r["max_score_diff"] < 1e-4, r
+    assert r["replicated"] == ["layers_*/attn/k/kernel:kv_heads(1 over model=4)",
+                               "layers_*/attn/v/kernel:kv_heads(1 over model=4)"]
+
+
+@pytest.mark.slow
+def test_whole_model_with_pallas_attention_sharded_matches(slow_checks):
+    r = slow_checks["pallas_model"]
+    assert r["impl"] == "pallas" and r["num_devices"] == 4
     assert r["tokens_equal"], r
     assert r["max_score_diff"] < 1e-4, r
