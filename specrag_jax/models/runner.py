@@ -21,9 +21,16 @@ from specrag_jax.models.scoring import token_logprobs
 from specrag_jax.models.transformer import Decoder, logits_at, unstack_layers
 
 
+def _decoder(cfg, dtype, impl, tree, decode, attention_mesh=None) -> Decoder:
+    """The Decoder of a step; ``attention_mesh`` (sharded Pallas runs) puts the attention kernel in shard_map."""
+    extra = {} if attention_mesh is None else {"attention_mesh": attention_mesh}
+    return Decoder(cfg, jnp.dtype(dtype), impl, tree, decode, **extra)
+
+
 def _sample_body(params, pool, tokens, meta, rows, temperature, top_k, top_p, seeds, steps, *, cfg, impl, tree,
-                 decode, greedy_only, dtype):
-    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode).apply({"params": params}, tokens, meta, pool)
+                 decode, greedy_only, dtype, attention_mesh=None):
+    hidden, pool = _decoder(cfg, dtype, impl, tree, decode, attention_mesh).apply({"params": params}, tokens, meta,
+                                                                                   pool)
     logits = logits_at(params, cfg, hidden[rows])
     ids, logprobs = sample_tokens(logits, temperature, top_k, top_p, seeds, steps, greedy_only=greedy_only)
     return ids, logprobs, pool
@@ -34,16 +41,19 @@ def _score_body(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, d
     return token_logprobs(params, cfg, hidden[rows], targets), pool
 
 
-def _logits_body(params, pool, tokens, meta, rows, *, cfg, impl, tree, decode, dtype):
-    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode).apply({"params": params}, tokens, meta, pool)
+def _logits_body(params, pool, tokens, meta, rows, *, cfg, impl, tree, decode, dtype, attention_mesh=None):
+    hidden, pool = _decoder(cfg, dtype, impl, tree, decode, attention_mesh).apply({"params": params}, tokens, meta,
+                                                                                   pool)
     return logits_at(params, cfg, hidden[rows]), pool
 
 
-def _score_body_vocab_parallel(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, decode, dtype):
+def _score_body_vocab_parallel(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, decode, dtype,
+                               attention_mesh=None):
     """Sharded scoring: full logits [rows, vocab] split over the vocabulary, then log-softmax (small all-reduces).
 
     The chunked scan of ``token_logprobs`` would gather a vocabulary-sharded output table on every device."""
-    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode).apply({"params": params}, tokens, meta, pool)
+    hidden, pool = _decoder(cfg, dtype, impl, tree, decode, attention_mesh).apply({"params": params}, tokens, meta,
+                                                                                   pool)
     logp = jax.nn.log_softmax(logits_at(params, cfg, hidden[rows]), axis=-1)
     return jnp.take_along_axis(logp, targets[:, None], axis=-1)[:, 0], pool
 
@@ -173,6 +183,8 @@ class ModelRunner:
             in_shardings = (self._param_shardings, self._pool_shardings, pl.token_sharding(key[1]),
                             pl.meta_shardings(args[1])) + (pl.replicated,) * (n_in - 2)
             out_shardings = (pl.replicated,) * n_out + (self._pool_shardings,)
+            if statics["impl"] == "pallas" and "attention_mesh" in getattr(Decoder, "__dataclass_fields__", {}):
+                statics = {**statics, "attention_mesh": pl.mesh}  # each device runs the kernel on its own heads
             fn = jax.jit(functools.partial(body, **statics), in_shardings=in_shardings,
                          out_shardings=out_shardings, donate_argnums=(1,))
             self._sharded_steps[key] = (fn, in_shardings)

@@ -87,9 +87,19 @@ def check_gemma(spec: str = "data=2,model=4", name: str = "gemma3-270m", max_new
 
 def check_pallas_model(spec: str = "model=4") -> dict:
     """The whole tiny Llama with ``attention_impl="pallas"`` (interpret mode on CPU), sharded vs single device."""
+    from specrag_jax.models.transformer import Decoder
+
     cfg = tiny("llama").replace(head_dim=64)
     n = math.prod(parse_mesh_spec(spec).values())
-    return compare(cfg, init_params(cfg, seed=3), spec, impl="pallas", devices=jax.devices()[:n], max_new=3)
+    params = init_params(cfg, seed=3)
+    out = compare(cfg, params, spec, impl="pallas", devices=jax.devices()[:n], max_new=3)
+    # With the model's attention_mesh hook, every layer's kernel runs inside shard_map (a manual computation).
+    out["hook"] = "attention_mesh" in getattr(Decoder, "__dataclass_fields__", {})
+    runner = ModelRunner(cfg, params, num_pages=8, page_size=16, max_seq_len=64, attention_impl="pallas",
+                         placement=Placement.from_spec(spec, jax.devices()[:n]))
+    text = runner.lower_step("logits", runner.pack([Chunk([1, 2], 0, list(range(3, 23)), rows=[0])])).as_text()
+    out["shard_map_layers"] = text.count("manual_computation")
+    return out
 
 
 def check_pallas(spec: str = "model=4") -> list[dict]:

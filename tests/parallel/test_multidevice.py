@@ -106,3 +106,5 @@ def test_whole_model_with_pallas_attention_sharded_matches(slow_checks):
     assert r["impl"] == "pallas" and r["num_devices"] == 4
     assert r["tokens_equal"], r
     assert r["max_score_diff"] < 1e-4, r
+    # Once the Decoder carries attention_mesh, each of the 2 layers runs its kernel under shard_map.
+    assert r["shard_map_layers"] == (2 if r["hook"] else 0)
