@@ -1,0 +1,21 @@
+"""benchmarks/serve_load.py helpers (the full run is a benchmark, not a test)."""
+
+from __future__ import annotations
+
+from benchmarks.serve_load import _summary, rag_body
+from specrag_jax.serving.schemas import RagRequest
+
+
+def test_rag_bodies_follow_the_endpoint_contract():
+    bodies = [rag_body(i, 3, 2) for i in range(13)]
+    for b in bodies:
+        RagRequest(**b)  # unknown fields would raise
+        assert len(b["documents"]) == 6 and len({d["id"] for d in b["documents"]}) == 6
+    assert bodies[0]["question"] == bodies[12]["question"]  # the set repeats (prefix-cache friendly)
+
+
+def test_summary_percentiles_and_errors():
+    s = _summary([float(i) for i in range(1, 21)] + [9.0], [200] * 20 + [429], wall=10.0, tokens=500)
+    assert s["ok"] == 20 and s["errors"] == {"429": 1}
+    assert s["latency_s"]["p50"] == 11.0 and s["latency_s"]["p95"] == 20.0
+    assert s["requests_per_s"] == 2.0 and s["tokens_per_s"] == 50.0
