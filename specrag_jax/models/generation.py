@@ -15,6 +15,15 @@ from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling import SamplingParams
 
 StopFn = Callable[[int, list[int]], bool]
+BetweenFn = Callable[[int, int, "GenerationResult"], tuple[int, Sequence[int]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One phase of ``Generator.generate_phases``: its token budget and stop condition."""
+
+    max_new_tokens: int
+    stop_fn: StopFn | None = None
 
 
 @dataclasses.dataclass
@@ -86,43 +95,81 @@ class Generator:
         The page-aligned part of the shared prefix is prefilled once and its pages are shared by all branches
         (reference counts); each branch prefills only the prefix remainder (< one page) and its suffix.
         """
+        [results] = self.generate_phases(prefix, suffixes, [Phase(max_new_tokens, stop_fn)], sampling=sampling)
+        return results
+
+    def generate_phases(
+        self,
+        prefix: Sequence[int],
+        suffixes: Sequence[Sequence[int]],
+        phases: Sequence["Phase"],
+        between: BetweenFn | None = None,
+        sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+    ) -> list[list[GenerationResult]]:
+        """Like ``generate_branches``, in several phases that keep each branch's K/V between them.
+
+        After phase ``p`` (except the last), ``between(p, row, result)`` returns how many of the phase's
+        generated tokens to keep and the tokens to force after them; the next phase prefills only those forced
+        tokens (and the last kept one). Returns one list of results per phase.
+        """
         if not suffixes:
             raise SpecRagError("no prompts given")
-        if max_new_tokens < 1:
-            raise SpecRagError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
+        if not phases or any(ph.max_new_tokens < 1 for ph in phases):
+            raise SpecRagError("every phase needs max_new_tokens >= 1")
         params = [sampling] * len(suffixes) if isinstance(sampling, SamplingParams) else list(sampling)
         if len(params) != len(suffixes):
             raise SpecRagError(f"{len(params)} sampling settings for {len(suffixes)} prompts")
         prefix = [int(t) for t in prefix]
         for suffix in suffixes:
-            self.check_prompt(prefix + list(suffix), max_new_tokens)
+            self.check_prompt(prefix + list(suffix), phases[0].max_new_tokens)
         ps = self.runner.page_size
         shared_len = (len(prefix) // ps) * ps if len(suffixes) > 1 else 0
         alloc = self.runner.allocator
         shared: list[int] = []
         seqs: list[_Seq] = []
+        out: list[list[GenerationResult]] = []
         try:
             shared = alloc.allocate(shared_len // ps)
             for suffix, sp in zip(suffixes, params):
-                own = alloc.allocate(pages_needed(len(prefix) + len(suffix) + max_new_tokens, ps) - len(shared))
+                own = alloc.allocate(pages_needed(len(prefix) + len(suffix) + phases[0].max_new_tokens, ps)
+                                     - len(shared))
                 alloc.retain(shared)
                 seqs.append(_Seq(prefix + [int(t) for t in suffix], shared + own, sp, prefilled=shared_len))
             t0 = time.perf_counter()
             if shared_len:
                 self._prefill_shared(prefix[:shared_len], shared)
-            self._prefill(seqs, max_new_tokens, stop_fn)
-            t1 = time.perf_counter()
-            self._decode(seqs, max_new_tokens, stop_fn)
-            t2 = time.perf_counter()
+            for p, phase in enumerate(phases):
+                if p:
+                    self._next_phase(seqs, out[-1], p - 1, phase.max_new_tokens, between)
+                    t0 = time.perf_counter()
+                self._prefill(seqs, phase.max_new_tokens, phase.stop_fn)
+                t1 = time.perf_counter()
+                self._decode(seqs, phase.max_new_tokens, phase.stop_fn)
+                t2 = time.perf_counter()
+                out.append([GenerationResult(list(s.out), list(s.logprobs), s.finish or "length", len(s.prompt),
+                                             t1 - t0, t2 - t1, shared_prefix_tokens=shared_len) for s in seqs])
         finally:
             for s in seqs:
                 alloc.release(s.pages)
             alloc.release(shared)
-        return [
-            GenerationResult(s.out, s.logprobs, s.finish or "length", len(s.prompt), t1 - t0, t2 - t1,
-                             shared_prefix_tokens=shared_len)
-            for s in seqs
-        ]
+        return out
+
+    def _next_phase(self, seqs: list[_Seq], results: list[GenerationResult], phase: int, max_new: int,
+                    between: BetweenFn | None) -> None:
+        """Cut each branch to its kept tokens, append the forced ones and grow its pages for the next phase."""
+        ps = self.runner.page_size
+        for row, (s, res) in enumerate(zip(seqs, results)):
+            keep, forced = between(phase, row, res) if between else (len(res.token_ids), [])
+            keep = max(0, min(int(keep), len(s.out)))
+            # K/V is valid for the old prompt and the kept tokens that were fed back (the last sampled one never is).
+            valid = len(s.prompt) + min(keep, max(len(s.out) - 1, 0))
+            s.prompt = s.prompt + s.out[:keep] + [int(t) for t in forced]
+            s.prefilled = min(valid, len(s.prompt) - 1)
+            s.out, s.logprobs, s.finish = [], [], None
+            self.check_prompt(s.prompt, max_new)
+            extra = pages_needed(len(s.prompt) + max_new, ps) - len(s.pages)
+            if extra > 0:
+                s.pages = s.pages + self.runner.allocator.allocate(extra)
 
     def score_tree(self, prefix: Sequence[int], tokens: Sequence[int], parents: Sequence[int],
                    positions: Sequence[int], rows: Sequence[int], targets: Sequence[int]) -> np.ndarray:
@@ -235,4 +282,4 @@ def greedy_generate(runner: ModelRunner, prompts: Sequence[Sequence[int]], max_n
     return [r.token_ids for r in gen.generate(prompts, SamplingParams(), max_new_tokens)]
 
 
-__all__ = ["GenerationResult", "Generator", "greedy_generate"]
+__all__ = ["GenerationResult", "Generator", "Phase", "greedy_generate"]

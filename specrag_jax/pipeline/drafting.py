@@ -6,6 +6,7 @@ import dataclasses
 import time
 from typing import Sequence
 
+from specrag_jax.models.generation import Phase
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.prompts import RATIONALE_TAG, RESPONSE_TAG, drafter_evidence, drafter_prefix, first_line
@@ -72,18 +73,23 @@ def _stop_at_line_end(model: TextModel):
     return stop
 
 
-def _kept(model: TextModel, token_ids: list[int], logprobs: list[float]) -> tuple[str, float, int]:
-    """(first line of the text, summed log-prob and count of its tokens), EOS excluded."""
+def _line_end(model: TextModel, token_ids: list[int]) -> int:
+    """Index of the token that ends the first non-empty line (EOS counts), or len(token_ids) if none does."""
     eos = set(model.generator.eos_ids)
-    ids, total, count = [], 0.0, 0
-    for t, lp in zip(token_ids, logprobs):
+    for i, t in enumerate(token_ids):
         if t in eos:
-            break
-        ids.append(t)
-        total, count = total + lp, count + 1
-        if "\n" in model.tokenizer.decode(ids).lstrip():
-            break
-    return first_line(model.tokenizer.decode(ids)), total, count
+            return i
+        text = model.tokenizer.decode(token_ids[: i + 1]).lstrip()
+        if "\n" in text and text.split("\n", 1)[0].strip():
+            return i
+    return len(token_ids)
+
+
+def _kept(model: TextModel, token_ids: list[int], logprobs: list[float]) -> tuple[str, float, int]:
+    """(first line of the text, summed log-prob and count of its tokens, the line-ending token included)."""
+    end = _line_end(model, token_ids)
+    n = end + 1 if end < len(token_ids) and token_ids[end] not in set(model.generator.eos_ids) else end
+    return first_line(model.tokenizer.decode(token_ids[:n])), float(sum(logprobs[:n])), n
 
 
 def write_drafts(
@@ -105,14 +111,33 @@ def write_drafts(
     prefix_ids, _ = split_chat_prompt(drafter, drafter_prefix(question), "")
     suffixes = [split_chat_prompt(drafter, drafter_prefix(question), drafter_evidence(list(s)))[1]
                 for s in subsets]
+    response_ids = drafter.tokenizer.encode("\n" + RESPONSE_TAG, add_bos=False)
+    rationales: dict[int, tuple[str, float, int]] = {}
+    refed: dict[int, int] = {}  # phase-2 tokens to prefill beyond the forced tag (a kept token never fed back)
+
+    def between(_phase: int, row: int, res) -> tuple[int, list[int]]:
+        # Keep the rationale's first line (without its line-ending token) and force "\n## Response:".
+        keep = _line_end(drafter, res.token_ids)
+        rationales[row] = (first_line(drafter.tokenizer.decode(res.token_ids[:keep])),
+                           float(sum(res.logprobs[:keep])), keep)
+        refed[row] = int(keep == len(res.token_ids))
+        return keep, response_ids
+
     gen = drafter.generator
-    phase1 = gen.generate_branches(prefix_ids, suffixes, sampling, max_rationale_tokens, _stop_at_line_end(drafter))
-    rationales = [_kept(drafter, r.token_ids, r.logprobs) for r in phase1]
-    suffixes2 = [suf + drafter.tokenizer.encode(" " + rat + "\n" + RESPONSE_TAG, add_bos=False)
-                 for suf, (rat, _, _) in zip(suffixes, rationales)]
-    phase2 = gen.generate_branches(prefix_ids, suffixes2, sampling, max_answer_tokens, _stop_at_line_end(drafter))
+    phases = [Phase(max_rationale_tokens, _stop_at_line_end(drafter)),
+              Phase(max_answer_tokens, _stop_at_line_end(drafter))]
+    if hasattr(gen, "generate_phases"):  # the branches keep their K/V: phase 2 prefills only the forced tag
+        phase1, phase2 = gen.generate_phases(prefix_ids, suffixes, phases, between, sampling)
+        phase2_prefill = len(response_ids) * len(suffixes) + sum(refed.values())
+    else:  # an executor without phases (the serving adapter): phase 2 is a new request (its prefix cache helps)
+        phase1 = gen.generate_branches(prefix_ids, suffixes, sampling, max_rationale_tokens, phases[0].stop_fn)
+        suffixes2 = [suf + r.token_ids[:between(0, i, r)[0]] + response_ids
+                     for i, (suf, r) in enumerate(zip(suffixes, phase1))]
+        phase2 = gen.generate_branches(prefix_ids, suffixes2, sampling, max_answer_tokens, phases[1].stop_fn)
+        phase2_prefill = sum(len(prefix_ids) + len(s) for s in suffixes2)
     drafts = []
-    for i, (subset, (rat, lp1, n1), res) in enumerate(zip(subsets, rationales, phase2)):
+    for i, (subset, res) in enumerate(zip(subsets, phase2)):
+        rat, lp1, n1 = rationales[i]
         ans, lp2, n2 = _kept(drafter, res.token_ids, res.logprobs)
         drafts.append(Draft(
             index=i, doc_ids=[str(d.get("id")) for d in subset],
@@ -122,7 +147,7 @@ def write_drafts(
     shared = phase1[0].shared_prefix_tokens if phase1 else 0
     stats = {
         "drafting_s": time.perf_counter() - t0,
-        "drafter_prefill_tokens": sum(len(prefix_ids) + len(s) - shared for s in suffixes + suffixes2) + 2 * shared,
+        "drafter_prefill_tokens": sum(len(prefix_ids) + len(s) - shared for s in suffixes) + shared + phase2_prefill,
         "drafter_shared_prefix_tokens": shared,
         "drafter_decode_tokens": sum(len(r.token_ids) for r in phase1 + phase2),
     }

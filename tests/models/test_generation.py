@@ -8,7 +8,7 @@ import pytest
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import tiny_config
-from specrag_jax.models.generation import Generator, greedy_generate
+from specrag_jax.models.generation import Generator, Phase, greedy_generate
 from specrag_jax.models.runner import Chunk, ModelRunner
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.transformer import init_params
@@ -177,3 +177,40 @@ def test_shared_prefix_branches_equal_separate_generation(model):
     np.testing.assert_allclose([x.logprobs for x in shared], [x.logprobs for x in alone], atol=1e-5)
     assert all(x.shared_prefix_tokens == 8 for x in shared)
     assert r.allocator.num_free == r.allocator.num_usable
+
+
+@pytest.mark.parametrize("keep", [0, 3, 99])  # drop everything, keep a prefix, keep all (last token re-fed)
+def test_phases_keep_kv_and_equal_regenerating(model, keep):
+    """Phase 2 continues from phase 1's K/V; it equals a fresh generation over the same full prompt."""
+    r = runner(model)
+    prefix = [7 + (i % 50) for i in range(9)]
+    suffixes = [[60, 61], [62], [63, 64, 65, 66, 67, 68]]
+    forced = [40, 41, 42]
+    gen = Generator(r)
+    seen = []
+
+    def between(phase, row, res):
+        seen.append((phase, row))
+        return keep, forced
+
+    first, second = gen.generate_phases(prefix, suffixes, [Phase(6), Phase(5)], between)
+    assert seen == [(0, 0), (0, 1), (0, 2)]
+    assert r.allocator.num_free == r.allocator.num_usable
+    for suffix, a, b in zip(suffixes, first, second):
+        full = prefix + suffix + a.token_ids[:keep] + forced
+        [fresh] = gen.generate([full], max_new_tokens=5)
+        assert b.num_prompt_tokens == len(full)
+        assert b.token_ids == fresh.token_ids
+        np.testing.assert_allclose(b.logprobs, fresh.logprobs, atol=1e-5)
+    [single] = gen.generate_phases(prefix, suffixes, [Phase(6)])
+    assert [x.token_ids for x in single] == [x.token_ids for x in first]
+
+
+def test_phases_release_pages_when_a_phase_fails(model):
+    r = runner(model, num_pages=12, page_size=4, max_seq_len=64)
+    gen = Generator(r)
+    with pytest.raises(SpecRagError):  # phase 2 needs more pages than the pool has left
+        gen.generate_phases([3] * 5, [[4], [5]], [Phase(2), Phase(4)], lambda p, row, res: (2, [9] * 20))
+    assert r.allocator.num_free == r.allocator.num_usable
+    with pytest.raises(SpecRagError, match="max_new_tokens"):
+        gen.generate_phases([3], [[4]], [Phase(2), Phase(0)])
