@@ -22,7 +22,7 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.serving.adapter import RequestContext
 from specrag_jax.serving.metrics import Metrics
 from specrag_jax.serving.openai_api import OpenAIHandlers, sse
-from specrag_jax.serving.requests import EngineStopped, QueueFull, RequestCancelled, RequestTimeout
+from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout
 from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, RagRequest
 from specrag_jax.serving.service import Service
 
@@ -105,6 +105,8 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
             return _error(503, str(exc), "unavailable", {"Retry-After": "5"})
         if isinstance(exc, RequestCancelled):
             return _error(499, str(exc), "cancelled")
+        if type(exc) is EngineError:  # a failed engine step: our fault, not the client's
+            return _error(500, str(exc), "server_error")
         return _error(400, str(exc), "invalid_request_error")
 
     @app.middleware("http")

@@ -163,23 +163,30 @@ class Engine:
                     self._cv.wait()
                 if self._stop and not self._queue and not self._running:
                     return
-            with self._state:
-                self._reap()
-                self._admit()
-                work = self._steps.build()
-            if work is None:
-                with self._cv:
-                    self._cv.wait(timeout=0.005)
-                continue
             try:
-                outcome = work.run(self.runner)
-            except Exception as exc:  # a failed step fails the requests in it; the loop keeps serving
+                self._iteration()
+            except Exception as exc:  # a bug must not kill the loop: fail what is in flight, keep serving
                 with self._state:
-                    for req in {id(r): r for r in work.requests}.values():
-                        self._finish(req, EngineError(f"engine step failed: {exc}"))
-                continue
+                    for req in list(self._queue) + list(self._running):
+                        self._finish(req, EngineError(f"engine error: {exc}"))
+
+    def _iteration(self) -> None:
+        with self._state:
+            self._reap()
+            self._admit()
+            work = self._steps.build()
+        if work is None:
+            with self._cv:
+                self._cv.wait(timeout=0.005)
+            return
+        try:
+            outcome = work.run(self.runner)
             with self._state:
                 self._steps.dispatch(work, outcome)
+        except Exception as exc:  # a failed step fails the requests in it
+            with self._state:
+                for req in {id(r): r for r in work.requests}.values():
+                    self._finish(req, EngineError(f"engine step failed: {exc}"))
 
     def _reap(self) -> None:
         now = time.perf_counter()

@@ -12,7 +12,7 @@ from specrag_jax.models.generation import Generator, greedy_generate
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.serving.engine import Engine
 from specrag_jax.serving.policy import Backpressure, SchedulerConfig
-from specrag_jax.serving.requests import EngineStopped, QueueFull, RequestCancelled, RequestTimeout, Tree
+from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout, Tree
 from tests.serving.conftest import assert_pages_home
 
 PROMPTS = [[5 + (i * 7 + j) % 60 for j in range(3 + 5 * i)] for i in range(8)]
@@ -106,7 +106,12 @@ def test_cancel_timeout_and_errors_release_pages(engine):
         engine.submit_generate([], [[]], max_new_tokens=3)
     with pytest.raises(SpecRagError, match="outside the vocabulary"):
         engine.submit_generate([], [[5, 999]], max_new_tokens=3)
-    time.sleep(0.05)
+    def broken(_row, _out):
+        raise RuntimeError("listener bug")
+
+    with pytest.raises(EngineError, match="listener bug"):
+        engine.submit_generate([], [[9] * 10], max_new_tokens=5, stop_fn=broken).result(30)
+    assert engine.submit_generate([], [[9] * 10], max_new_tokens=5).result(30)[0].token_ids  # still serving
     assert_pages_home(engine)
 
 
