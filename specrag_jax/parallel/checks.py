@@ -183,8 +183,60 @@ def check_submeshes(drafter_devices: int = 2, verifier_devices: int = 6) -> dict
             "overlap_s": round(overlap_s(d, v), 3), "wall_s": round(wall, 3)}
 
 
+def check_collectives(spec: str = "model=4") -> dict:
+    """Collectives of the tiny Llama's compiled sharded steps (a regression guard; see benchmarks/collectives.py)."""
+    import numpy as np
+
+    from specrag_jax.parallel.hlo import collective_stats
+
+    cfg = tiny("llama")
+    n = math.prod(parse_mesh_spec(spec).values())
+    runner = ModelRunner(cfg, init_params(cfg, seed=3), num_pages=8, page_size=16, max_seq_len=64,
+                         placement=Placement.from_spec(spec, jax.devices()[:n]))
+    tree = runner.pack([Chunk([1, 2], 20, TREE["tokens"], parents=TREE["parents"],
+                              positions=[20 + p for p in TREE["positions"]], write=False, rows=list(range(6)))])
+    decode = runner.pack([Chunk([1, 2], 20, [7], rows=[0]), Chunk([3], 5, [8], rows=[0])])
+    r = decode.rows.shape[0]
+    extra = (np.zeros(r, np.float32), np.zeros(r, np.int32), np.ones(r, np.float32), np.zeros(r, np.uint32),
+             np.zeros(r, np.int32))
+    steps = {"tree_score": runner.lower_step("score", tree, np.zeros(tree.rows.shape[0], np.int32)),
+             "decode": runner.lower_step("sample", decode, *extra)}
+    out = {name: collective_stats(low.compile().as_text()) for name, low in steps.items()}
+    out["layers"] = cfg.num_layers
+    out["table_bytes"] = cfg.vocab_size * cfg.hidden_size * 4
+    return out
+
+
+def check_rag(question: str = "How do I leave a loop early in Python?") -> dict:
+    """End to end: SpecRAG (SmolLM2 drafter on 2 devices, Gemma 3 verifier on 6 as data=3,model=2) vs one device.
+
+    Not run by the tests (minutes of CPU); drafts, answer and draft scores should agree."""
+    from specrag_jax.models.text_model import TextModel
+    from specrag_jax.parallel.submesh import drafter_verifier_placements
+    from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER, clustered_subsets, lexical_search
+    from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
+    from specrag_jax.retrieval import Embedder, LexicalIndex, default_corpus
+
+    config = RAGConfig(m=3, k=2, n_docs=6, consensus=False)
+    index = LexicalIndex.build(default_corpus())
+    out = {}
+    for name, pl in (("single", None), ("sharded", drafter_verifier_placements(2, 6, verifier_spec="data=3,model=2"))):
+        t0 = time.perf_counter()
+        d = TextModel.load(DEFAULT_DRAFTER, max_seq_len=1024, max_batch=3, placement=pl and pl.drafter)
+        v = TextModel.load(DEFAULT_VERIFIER, max_seq_len=1024, max_batch=2, placement=pl and pl.verifier)
+        rag = SpecRAG(d, v, subsets=clustered_subsets(Embedder(d)), search=lexical_search(index), config=config)
+        r = rag.answer(question)
+        out[name] = {"answer": r.answer, "drafts": [x.answer for x in r.drafts],
+                     "scores": [float(x.score) for x in r.drafts], "s": round(time.perf_counter() - t0, 1)}
+    out["same_answer"] = out["single"]["answer"] == out["sharded"]["answer"]
+    out["same_drafts"] = out["single"]["drafts"] == out["sharded"]["drafts"]
+    out["max_score_diff"] = max(abs(a - b) for a, b in zip(out["single"]["scores"], out["sharded"]["scores"]))
+    return out
+
+
 CHECKS = {"tiny": check_tiny, "gemma": check_gemma, "pallas": check_pallas, "pallas_model": check_pallas_model,
-          "dense": check_dense, "submeshes": check_submeshes}
+          "dense": check_dense, "submeshes": check_submeshes, "collectives": check_collectives,
+          "rag": check_rag}
 
 
 def main(argv=None) -> int:

@@ -29,4 +29,4 @@ def run_json(args: list[str], devices: int = 8, timeout: int = 600, env: dict | 
 @pytest.fixture(scope="session")
 def multidevice() -> dict:
     """One 8-device subprocess running the fast checks (tiny models, Pallas shard_map, index, sub-meshes)."""
-    return run_json(["-m", "specrag_jax.parallel.checks", "tiny", "pallas", "dense", "submeshes"])
+    return run_json(["-m", "specrag_jax.parallel.checks", "tiny", "pallas", "dense", "submeshes", "collectives"])

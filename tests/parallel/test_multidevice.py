@@ -57,6 +57,17 @@ def test_drafter_and_verifier_on_disjoint_submeshes_run_concurrently(multidevice
     assert r["overlap_s"] > 0
 
 
+def test_sharded_steps_compile_to_tensor_parallel_collectives(multidevice):
+    r = multidevice["collectives"]
+    for step in ("tree_score", "decode"):
+        c = r[step]
+        # One all-reduce after each layer's attention output and MLP down projection, a few for the vocabulary.
+        assert 2 * r["layers"] <= c["all-reduce"]["count"] <= 2 * r["layers"] + 4, c
+        assert c["all-to-all"]["count"] == 0 and c["reduce-scatter"]["count"] == 0, c
+        # Nothing close to the output table is ever moved (a vocab-sharded table gathered = a regression).
+        assert c["total"]["bytes"] < r["table_bytes"], c
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
