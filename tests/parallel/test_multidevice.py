@@ -23,8 +23,8 @@ def test_tiny_models_sharded_tokens_and_scores_match(multidevice):
         assert r["num_devices"] == 8
         assert r["tokens_equal"], r
         assert r["max_score_diff"] < 1e-4, r
-    # Llama's 4 KV heads split over model=4 (pool too); Gemma 3's single KV head stays replicated.
-    assert by_arch["llama"]["pool_sharding"] == "P(None, None, 'model')"
+    # Llama's 4 KV heads split over model=4 and its pages over data=2; Gemma 3's single KV head stays replicated.
+    assert by_arch["llama"]["pool_sharding"] == "P('data', None, 'model')"
     assert by_arch["llama"]["replicated"] == []
     assert by_arch["gemma3"]["pool_sharding"] == "P()"
     assert all("kv_heads(1 over model=8)" in n for n in by_arch["gemma3"]["replicated"])
