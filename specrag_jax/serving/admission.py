@@ -61,22 +61,7 @@ class Admitter:
             return True
         aligned = _shared_len(req, ps)
         if aligned:
-            shared_prompt = req.prefix[:aligned]
-            hit = self.cache.match(shared_prompt, aligned // ps)
-            own = [pages_needed(len(req.prefix) + len(s) + req.max_new_tokens, ps) - aligned // ps
-                   for s in req.suffixes]
-            if not self._reserve(aligned // ps - len(hit) + sum(own)):
-                self._undo([(aligned, hit)])
-                return False
-            shared = hit + self.alloc.allocate(aligned // ps - len(hit))
-            req.prefix_seq = Seq(req, -1, shared_prompt, shared, prefilled=len(hit) * ps)
-            done = len(hit) * ps == aligned
-            for i, (suffix, sp, n) in enumerate(zip(req.suffixes, req.sampling, own)):
-                self.alloc.retain(shared)
-                req.seqs.append(Seq(req, i, req.prefix + list(suffix), shared + self.alloc.allocate(n),
-                                    prefilled=aligned, sampling=sp, ready=done))
-            req.shared_len, req.cached_tokens = aligned, len(hit) * ps
-            return True
+            return self._admit_group(req, aligned)
         prompts = [req.prefix + list(s) for s in req.suffixes]
         hits = [(len(p), self.cache.match(p, (len(p) - 1) // ps)) for p in prompts]
         needs = [pages_needed(len(p) + req.max_new_tokens, ps) - len(h) for p, (_, h) in zip(prompts, hits)]
@@ -86,6 +71,41 @@ class Admitter:
         for i, (p, (_, hit), n, sp) in enumerate(zip(prompts, hits, needs, req.sampling)):
             req.seqs.append(Seq(req, i, p, hit + self.alloc.allocate(n), prefilled=len(hit) * ps, sampling=sp))
         req.cached_tokens = sum(len(h) for _, h in hits) * ps
+        return True
+
+    def _admit_group(self, req: Request, aligned: int) -> bool:
+        """Branches share the prefix's pages. A branch whose own prompt is cached beyond the prefix (e.g. the
+        second phase of drafting, which extends the first phase's prompts) starts from its longer match."""
+        ps, npre = self.ps, aligned // self.ps
+        prompts = [req.prefix + list(s) for s in req.suffixes]
+        own_hits: list[list[int] | None] = []
+        for p in prompts:
+            h = self.cache.match(p, (len(p) - 1) // ps)
+            if len(h) <= npre:
+                self._undo([(len(p), h)])
+                h = None
+            own_hits.append(h)
+        shared_users = sum(h is None for h in own_hits)
+        hit = self.cache.match(req.prefix[:aligned], npre) if shared_users else []
+        own = [pages_needed(len(p) + req.max_new_tokens, ps) - (len(h) if h is not None else npre)
+               for p, h in zip(prompts, own_hits)]
+        if not self._reserve((npre - len(hit) if shared_users else 0) + sum(own)):
+            self._undo([(aligned, hit)] + [(len(p), h) for p, h in zip(prompts, own_hits) if h is not None])
+            return False
+        shared: list[int] = []
+        if shared_users:
+            shared = hit + self.alloc.allocate(npre - len(hit))
+            req.prefix_seq = Seq(req, -1, req.prefix[:aligned], shared, prefilled=len(hit) * ps)
+        done = len(hit) == npre
+        for i, (p, h, n, sp) in enumerate(zip(prompts, own_hits, own, req.sampling)):
+            if h is not None:
+                req.seqs.append(Seq(req, i, p, h + self.alloc.allocate(n), prefilled=len(h) * ps, sampling=sp))
+                continue
+            self.alloc.retain(shared)
+            req.seqs.append(Seq(req, i, p, shared + self.alloc.allocate(n), prefilled=aligned, sampling=sp,
+                                ready=done))
+        req.shared_len = aligned
+        req.cached_tokens = len(hit) * ps + sum(len(h) * ps for h in own_hits if h is not None)
         return True
 
     def release(self, req: Request) -> None:

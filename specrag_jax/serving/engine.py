@@ -210,7 +210,8 @@ class Engine:
             self._running.append(req)
             self.counters["admitted"] += 1
             self.counters["peak_running_requests"] = max(self.counters["peak_running_requests"], len(self._running))
-            if req.kind == "generate" and req.prefix_seq is not None and req.seqs[0].ready:
+            p = req.prefix_seq
+            if req.kind == "generate" and p is not None and p.prefilled == len(p.prompt):
                 self.prefix_ready(req)
 
     # ------------------------------------------------------------------ used by the step builder

@@ -52,9 +52,17 @@ def test_branch_group_equals_generator_and_tree_scores_match(engine, tiny_model)
     tokens, parents, positions = [50, 51, 52, 53], [-1, 0, -1, 2], [21, 22, 21, 22]
     rows, targets = [0, 1, 2, 3], [51, 60, 53, 61]
     want = Generator(tiny_model.runner).score_tree(prefix, tokens, parents, positions, rows, targets)
+    longer = [s + list(range(60, 70)) for s in suffixes]  # like drafting's 2nd phase: 1st-phase prompts + more
+    ref2 = Generator(tiny_model.runner, tiny_model.generator.eos_ids).generate_branches(prefix, longer,
+                                                                                        max_new_tokens=6)
     got = engine.submit_generate(prefix, suffixes, max_new_tokens=6).result(60)
     assert [g.token_ids for g in got] == [r.token_ids for r in ref]
     assert got[0].shared_prefix_tokens == 20
+    before = engine.stats()["prefill_tokens"]
+    got2 = engine.submit_generate(prefix, longer, max_new_tokens=6).result(60)
+    assert [g.token_ids for g in got2] == [r.token_ids for r in ref2]
+    # each branch starts from its cached 1st-phase pages: only the last partial page + the new tokens prefill
+    assert engine.stats()["prefill_tokens"] - before < sum(len(s) for s in longer)
     got = engine.submit_score(prefix, Tree(tokens, parents, positions, rows, targets)).result(60)
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert_pages_home(engine)
