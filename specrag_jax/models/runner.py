@@ -179,6 +179,8 @@ class ModelRunner:
         key = (kind, int(np.shape(args[0])[0]), tuple(sorted(statics.items())))
         if key not in self._sharded_steps:
             body, n_in, n_out = _BODIES[kind]
+            if kind == "score" and not self._vocab_sharded():
+                body = _score_body  # a whole output table: the chunked scan never holds [rows, vocab] logits
             pl = self.placement
             in_shardings = (self._param_shardings, self._pool_shardings, pl.token_sharding(key[1]),
                             pl.meta_shardings(args[1])) + (pl.replicated,) * (n_in - 2)
@@ -189,6 +191,14 @@ class ModelRunner:
                          out_shardings=out_shardings, donate_argnums=(1,))
             self._sharded_steps[key] = (fn, in_shardings)
         return self._sharded_steps[key]
+
+    def _vocab_sharded(self) -> bool:
+        """Whether the output table (tied embedding or LM head) is split over its vocabulary axis."""
+        if self.cfg.tie_embeddings:
+            spec = self._param_shardings["embed"]["embedding"].spec
+            return len(spec) > 0 and spec[0] is not None
+        spec = self._param_shardings["lm_head"]["kernel"].spec
+        return len(spec) > 1 and spec[1] is not None
 
     def lower_step(self, kind: str, step: PackedStep, *extra):
         """The lowered (not yet compiled) sharded step for ``step`` (``kind``: sample, score, logits); used to
