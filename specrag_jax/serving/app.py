@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from specrag_jax.errors import SpecRagError
 from specrag_jax.serving.adapter import RequestContext
 from specrag_jax.serving.metrics import Metrics
-from specrag_jax.serving.openai_api import OpenAIHandlers, sse
+from specrag_jax.serving.openai_api import OpenAIHandlers, sse, until_done_or_gone
 from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout
 from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, RagRequest
 from specrag_jax.serving.service import Service
@@ -143,15 +143,15 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/completions", dependencies=guarded)
-    async def completions(body: CompletionRequest):
-        return await openai.completions(body)
+    async def completions(body: CompletionRequest, request: Request):
+        return await openai.completions(body, request)
 
     @app.post("/v1/chat/completions", dependencies=guarded)
-    async def chat_completions(body: ChatCompletionRequest):
-        return await openai.completions(body, chat=True)  # type: ignore[arg-type]
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        return await openai.completions(body, request, chat=True)
 
     @app.post("/v1/rag", dependencies=guarded)
-    async def rag(body: RagRequest):
+    async def rag(body: RagRequest, request: Request):
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         on_event = (lambda e: loop.call_soon_threadsafe(queue.put_nowait, e)) if body.stream else None
@@ -162,7 +162,7 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
                                                     m=body.m, k=body.k))
         if not body.stream:
             try:
-                answer = await future
+                answer = await until_done_or_gone(request, future, ctx.cancel)
             finally:
                 if not future.done():
                     ctx.cancel()

@@ -54,11 +54,22 @@ def _finish(r: GenerationResult, stopped: bool) -> str:
     return "stop" if stopped or r.finish_reason in ("eos", "stop") else "length"
 
 
+async def until_done_or_gone(request, future: asyncio.Future, cancel) -> object:
+    """Await ``future``; if the client disconnects first, call ``cancel`` (the work stops, pages return)."""
+    while True:
+        done, _ = await asyncio.wait({future}, timeout=0.25)
+        if done:
+            return future.result()
+        if await request.is_disconnected():
+            cancel()
+            return await future
+
+
 class OpenAIHandlers:
     def __init__(self, service: Service) -> None:
         self.service = service
 
-    async def completions(self, body: CompletionRequest | ChatCompletionRequest, chat: bool = False):
+    async def completions(self, body: CompletionRequest | ChatCompletionRequest, http, chat: bool = False):
         role, model = self.service.model(body.model)
         if chat:
             prompts = [chat_prompt(model, [m.model_dump() for m in body.messages])]  # type: ignore[attr-defined]
@@ -86,7 +97,8 @@ class OpenAIHandlers:
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         req = engine.submit_generate([], prompts, sampling, body.max_tokens, _stop_fn(model, stops), timeout=timeout)
         try:
-            results = await asyncio.wait_for(asyncio.wrap_future(req.future), timeout + 5)
+            results = await asyncio.wait_for(until_done_or_gone(http, asyncio.wrap_future(req.future), req.cancel),
+                                             timeout + 5)
         except asyncio.TimeoutError:
             raise RequestTimeout("request timed out") from None
         finally:

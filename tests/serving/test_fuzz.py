@@ -39,7 +39,7 @@ def test_no_server_error_and_no_leaked_page(fuzz_service):
     calls = []
     for op in operations:
         @given(case=op.as_strategy())
-        @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def run(case):
             response = case.call()
             calls.append(response.status_code)

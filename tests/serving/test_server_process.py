@@ -85,6 +85,12 @@ def test_real_server_streams_batches_cancels_and_drains(server):
     stats = httpx.get(f"{base}/health").json()["engines"]["drafter"]
     assert stats.get("cancelled", 0) >= 1 and stats["generated_tokens"] < 8 * 8 * 2 + 6 + 400
 
+    # a non-streamed request whose client gives up: cancelled server-side (or finished), pages return either way
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{base}/v1/rag", json={"question": "Why is the sky blue?", "documents": ["Light scatters."] * 4},
+                   timeout=0.3)
+    _wait(lambda: _idle(base), 60, "the abandoned request's pages")
+
     # graceful shutdown: SIGTERM while a streamed request runs; it still completes, then the process exits 0
     with httpx.stream("POST", f"{base}/v1/completions", timeout=120,
                       json={"prompt": "Count slowly", "max_tokens": 300, "stream": True}) as r:
