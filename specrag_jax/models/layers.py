@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -71,6 +74,7 @@ class PagedAttention(nn.Module):
     attention_impl: str = "reference"
     tree: bool = False
     decode: bool = False
+    attention_mesh: Any = None  # a jax Mesh: run the attention kernel per device (shard_map over heads)
 
     @nn.compact
     def __call__(
@@ -93,7 +97,12 @@ class PagedAttention(nn.Module):
         # The new slots are >= kv_len, which the attention masks out of the prefix part.
         k_pool = write_kv(k_pool, k, meta.write_slots)
         v_pool = write_kv(v_pool, v, meta.write_slots)
-        out = paged_attention(
+        attend = paged_attention
+        if self.attention_mesh is not None:
+            from specrag_jax.parallel.attention import sharded_paged_attention
+
+            attend = functools.partial(sharded_paged_attention, mesh=self.attention_mesh)
+        out = attend(
             q, k, v, k_pool, v_pool, meta,
             scale=cfg.attn_scale, window=self.window, softcap=cfg.attn_logit_softcap,
             tree=self.tree, decode=self.decode, impl=self.attention_impl, plan=plan,

@@ -7,6 +7,8 @@ the scan carry and each layer updates its slice in place. Logits are a separate,
 
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -28,13 +30,14 @@ class DecoderLayer(nn.Module):
     attention_impl: str = "reference"
     tree: bool = False
     decode: bool = False
+    attention_mesh: Any = None
 
     @nn.compact
     def __call__(self, x, meta: AttentionMetadata, k_pool: jax.Array, v_pool: jax.Array, plan=None):
         cfg = self.cfg
         h = RMSNorm(cfg.rms_norm_eps, name="attn_norm")(x)
         attn = PagedAttention(cfg, self.window, self.rope_theta, self.dtype, self.attention_impl, self.tree,
-                              self.decode, name="attn")
+                              self.decode, self.attention_mesh, name="attn")
         h, k_pool, v_pool = attn(h, meta, k_pool, v_pool, plan)
         if cfg.sandwich_norm:
             h = RMSNorm(cfg.rms_norm_eps, name="post_attn_norm")(h)
@@ -59,6 +62,7 @@ class Decoder(nn.Module):
     attention_impl: str = "reference"
     tree: bool = False
     decode: bool = False
+    attention_mesh: Any = None  # see PagedAttention
 
     @nn.compact
     def __call__(self, tokens: jax.Array, meta: AttentionMetadata, pool: KVPool) -> tuple[jax.Array, KVPool]:
@@ -78,7 +82,7 @@ class Decoder(nn.Module):
         k_pages, v_pages = list(pool.k), list(pool.v)
         for i in range(cfg.num_layers):
             layer = DecoderLayer(cfg, windows[i], thetas[i], self.dtype, self.attention_impl, self.tree,
-                                 self.decode, name=f"layers_{i}")
+                                 self.decode, self.attention_mesh, name=f"layers_{i}")
             x, k_pages[i], v_pages[i] = layer(x, meta, k_pages[i], v_pages[i], plans.get(windows[i]))
         x = RMSNorm(cfg.rms_norm_eps, name="final_norm")(x)
         if not cfg.tie_embeddings and self.is_initializing():  # create the head; logits_at applies it

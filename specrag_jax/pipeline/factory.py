@@ -41,12 +41,18 @@ def build_specrag(
     corpus: str | None = None,
     config: RAGConfig | None = None,
     max_seq_len: int = 2048,
+    drafter_placement=None,
+    verifier_placement=None,
 ) -> SpecRAG:
-    """Load both models and a BM25 index over ``corpus`` (the built-in default corpus when None)."""
+    """Load both models and a BM25 index over ``corpus`` (the built-in default corpus when None).
+
+    ``*_placement``: optional ``specrag_jax.parallel.Placement`` per model (a device mesh; disjoint meshes let
+    drafting and verification run on separate devices)."""
     config = config or RAGConfig()
     config.check()
-    drafter_model = TextModel.load(drafter, max_seq_len=max_seq_len, max_batch=max(config.m, 1))
-    verifier_model = TextModel.load(verifier, max_seq_len=max_seq_len, max_batch=2)
+    drafter_model = TextModel.load(drafter, max_seq_len=max_seq_len, max_batch=max(config.m, 1),
+                                   placement=drafter_placement)
+    verifier_model = TextModel.load(verifier, max_seq_len=max_seq_len, max_batch=2, placement=verifier_placement)
     docs = default_corpus() if corpus is None else load_corpus(corpus)
     index = LexicalIndex.build(docs)
     return SpecRAG(drafter_model, verifier_model, subsets=clustered_subsets(Embedder(drafter_model)),
