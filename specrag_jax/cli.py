@@ -90,18 +90,12 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
 
 def _build_rag(args: argparse.Namespace, corpus, config):
     """build_specrag with the drafter/verifier placements from --mesh / --drafter-devices / --verifier-devices."""
-    import inspect
-
     from specrag_jax.parallel.cli import placements_from_args
     from specrag_jax.pipeline.factory import build_specrag
 
     placements = placements_from_args(args)
-    kwargs = {}
-    if placements.drafter is not None or placements.verifier is not None:
-        if "drafter_placement" not in inspect.signature(build_specrag).parameters:
-            raise SpecRagError("--mesh/--drafter-devices/--verifier-devices are not supported by this build_specrag")
-        kwargs = {"drafter_placement": placements.drafter, "verifier_placement": placements.verifier}
-    return build_specrag(args.drafter, args.verifier, corpus, config, **kwargs)
+    return build_specrag(args.drafter, args.verifier, corpus, config, drafter_placement=placements.drafter,
+                         verifier_placement=placements.verifier)
 
 
 def _rag_config(args: argparse.Namespace):
