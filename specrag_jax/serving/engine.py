@@ -180,7 +180,7 @@ class Engine:
                 self._cv.wait(timeout=0.005)
             return
         try:
-            outcome = work.run(self.runner)
+            outcome = work.run(self.runner, self.config.min_step_seqs, self.config.min_step_tokens)
             with self._state:
                 self._steps.dispatch(work, outcome)
         except Exception as exc:  # a failed step fails the requests in it

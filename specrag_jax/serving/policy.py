@@ -26,6 +26,8 @@ class SchedulerConfig:
     backpressure: bool = True
     busy_decoders: int = 8  # at least this many decoding sequences count as "many"
     low_free_fraction: float = 0.15  # the pool counts as nearly full below this free fraction
+    min_step_seqs: int = 8  # sequence-count bucket floor: fewer step shapes (compilations) under mixed load
+    min_step_tokens: int = 64  # token-count bucket floor of prefill / mixed steps
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.min_prefill_chunk < 1 or self.max_running < 1 or self.max_queue < 1:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specrag_jax.models.packing import Chunk
+from specrag_jax.models.packing import Chunk, bucket
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.serving.requests import Request, Seq
 
@@ -32,8 +32,12 @@ class Work:
     targets: list[int]
     requests: list[Request]
 
-    def run(self, runner: ModelRunner):
-        step = runner.pack(self.chunks)
+    def run(self, runner: ModelRunner, min_seqs: int = 1, min_tokens: int = 1):
+        decode = all(len(c.tokens) == 1 and c.parents is None for c in self.chunks)
+        total = sum(len(c.tokens) for c in self.chunks)
+        # Bucket floors keep the number of distinct step shapes (each one an XLA compilation) small.
+        step = runner.pack(self.chunks, token_bucket=None if decode else bucket(total, min_tokens),
+                           min_seqs=min_seqs)
         if self.kind == "score":
             return runner.score(step, self.targets)
         sp = [s.sampling for s in self.row_seqs]
