@@ -68,29 +68,37 @@ def standard(verifier: TextModel, question: str, docs: list[dict], gen_tokens: i
     t = time.perf_counter()
     [res] = Generator(verifier.runner, ()).generate([prompt], SamplingParams(), gen_tokens)
     assert len(res.token_ids) == gen_tokens
-    return {"total_s": time.perf_counter() - t, "prefill_tokens": len(prompt), "decode_tokens": gen_tokens}
+    return {"total_s": time.perf_counter() - t, "prefill_tokens": len(prompt), "decode_tokens": gen_tokens,
+            "prefill_s_with_compile": res.prefill_s, "decode_s_with_compile": res.decode_s}
+
+
+def _stage(fn):
+    """(result, seconds without compilation, compilation seconds) of one stage."""
+    with CompileClock() as clock:
+        t = time.perf_counter()
+        out = fn()
+        elapsed = time.perf_counter() - t
+    return out, elapsed - clock.seconds, clock.seconds
 
 
 def speculative(drafter: TextModel, verifier: TextModel, subsets_fn, question: str, docs: list[dict],
                 args: argparse.Namespace) -> dict:
-    t0 = time.perf_counter()
-    subsets, _ = subsets_fn(question, docs, args.k, args.m, 0)
-    t1 = time.perf_counter()
+    (subsets, _), cluster_s, c1 = _stage(lambda: subsets_fn(question, docs, args.k, args.m, 0))
     prefix_ids, _ = split_chat_prompt(drafter, drafter_prefix(question), "")
     suffixes = [split_chat_prompt(drafter, drafter_prefix(question), drafter_evidence([docs[i] for i in s]))[1]
                 for s in subsets]
     response = drafter.tokenizer.encode("\n" + RESPONSE_TAG, add_bos=False)
     phases = [Phase(args.rationale_tokens), Phase(args.answer_tokens)]
-    first, second = Generator(drafter.runner, ()).generate_phases(
-        prefix_ids, suffixes, phases, lambda _p, _row, res: (len(res.token_ids), response))
+    (first, second), draft_s, c2 = _stage(lambda: Generator(drafter.runner, ()).generate_phases(
+        prefix_ids, suffixes, phases, lambda _p, _row, res: (len(res.token_ids), response)))
     decode = drafter.tokenizer.decode
     drafts = [Draft(i, [], "", decode(a.token_ids), decode(b.token_ids), True, 0.0, 0)
               for i, (a, b) in enumerate(zip(first, second))]
-    t2 = time.perf_counter()
-    stats = verify_drafts(verifier, question, drafts)
-    t3 = time.perf_counter()
-    return {"total_s": t3 - t0, "clustering_s": t1 - t0, "drafting_s": t2 - t1, "verification_s": t3 - t2,
-            "drafts": len(drafts), "verifier_tree_tokens": stats["verifier_tree_tokens"],
+    stats, verify_s, c3 = _stage(lambda: verify_drafts(verifier, question, drafts))
+    # total_s includes the compilation; measure() subtracts it (the stage times already exclude it).
+    return {"total_s": cluster_s + draft_s + verify_s + c1 + c2 + c3, "clustering_s": cluster_s,
+            "drafting_s": draft_s, "verification_s": verify_s, "drafts": len(drafts),
+            "verifier_tree_tokens": stats["verifier_tree_tokens"],
             "drafter_prefill_tokens": len(prefix_ids) + sum(len(s) for s in suffixes)}
 
 

@@ -36,10 +36,13 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--m", type=int, default=5, help="default number of drafts")
     p.add_argument("--k", type=int, default=2, help="default number of clusters")
     p.add_argument("--log-level", default="warning")
+    from specrag_jax.parallel.cli import add_mesh_arguments
+
+    add_mesh_arguments(p)
     p.set_defaults(serve_main=serve_main)
 
 
-def _load(name: str, args: argparse.Namespace, seed: int):
+def _load(name: str, args: argparse.Namespace, seed: int, placement=None):
     from specrag_jax.models.text_model import TextModel
     from specrag_jax.serving.tiny import tiny_text_model
 
@@ -47,7 +50,7 @@ def _load(name: str, args: argparse.Namespace, seed: int):
         return tiny_text_model(name, seed=seed, num_pages=args.num_pages, page_size=args.page_size,
                                max_seq_len=min(args.max_seq_len, 1024))
     return TextModel.load(name, dtype=args.dtype, max_seq_len=args.max_seq_len, num_pages=args.num_pages,
-                          page_size=args.page_size)
+                          page_size=args.page_size, placement=placement)
 
 
 def build_service(args: argparse.Namespace):
@@ -73,8 +76,12 @@ def build_service(args: argparse.Namespace):
                                   max_queue=max(args.max_inflight * 4, 16), backpressure=not args.no_backpressure),
         rag=rag,
     )
-    drafter = _load(args.drafter, args, seed=1)
-    verifier = drafter if args.verifier == args.drafter else _load(args.verifier, args, seed=2)
+    from specrag_jax.parallel.cli import placements_from_args
+
+    placements = placements_from_args(args)  # --mesh / --drafter-devices / --verifier-devices
+    drafter = _load(args.drafter, args, seed=1, placement=placements.drafter)
+    verifier = drafter if args.verifier == args.drafter else _load(args.verifier, args, seed=2,
+                                                                     placement=placements.verifier)
     docs = default_corpus() if args.corpus is None else load_corpus(args.corpus)
     return Service(drafter, verifier, subsets=clustered_subsets(Embedder(drafter)),
                    search=lexical_search(LexicalIndex.build(docs)), config=config)
