@@ -131,8 +131,8 @@ def write_drafts(
         phase2_prefill = len(response_ids) * len(suffixes) + sum(refed.values())
     else:  # an executor without phases (the serving adapter): phase 2 is a new request (its prefix cache helps)
         phase1 = gen.generate_branches(prefix_ids, suffixes, sampling, max_rationale_tokens, phases[0].stop_fn)
-        suffixes2 = [suf + r.token_ids[:between(0, i, r)[0]] + response_ids
-                     for i, (suf, r) in enumerate(zip(suffixes, phase1))]
+        keeps = [between(0, row, r)[0] for row, r in enumerate(phase1)]
+        suffixes2 = [suf + r.token_ids[:keep] + response_ids for suf, r, keep in zip(suffixes, phase1, keeps)]
         phase2 = gen.generate_branches(prefix_ids, suffixes2, sampling, max_answer_tokens, phases[1].stop_fn)
         phase2_prefill = sum(len(prefix_ids) + len(s) for s in suffixes2)
     drafts = []

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from specrag_jax.errors import SpecRagError
 from specrag_jax.serving.adapter import RequestContext
 from specrag_jax.serving.metrics import Metrics
-from specrag_jax.serving.openai_api import OpenAIHandlers, sse, until_done_or_gone
+from specrag_jax.serving.openai_api import OpenAIHandlers, queued_until_done, sse, until_done_or_gone
 from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout
 from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, RagRequest
 from specrag_jax.serving.service import Service
@@ -177,13 +177,8 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
 async def _rag_stream(future, queue: asyncio.Queue, ctx: RequestContext, metrics: Metrics):
     try:
         yield sse({"event": "stage", "stage": "retrieval"})
-        while True:
-            get = asyncio.ensure_future(queue.get())
-            done, _ = await asyncio.wait({get, future}, return_when=asyncio.FIRST_COMPLETED)
-            if get not in done:
-                get.cancel()
-                break
-            yield sse(get.result())
+        async for event in queued_until_done(queue, future):
+            yield sse(event)
         while not queue.empty():
             yield sse(queue.get_nowait())
         try:

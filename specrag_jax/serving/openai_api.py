@@ -54,6 +54,17 @@ def _finish(r: GenerationResult, stopped: bool) -> str:
     return "stop" if stopped or r.finish_reason in ("eos", "stop") else "length"
 
 
+async def queued_until_done(queue: asyncio.Queue, future: asyncio.Future) -> AsyncIterator:
+    """Yield what arrives on ``queue`` until ``future`` completes (items still queued then stay queued)."""
+    while True:
+        get = asyncio.ensure_future(queue.get())
+        done, _ = await asyncio.wait({get, future}, return_when=asyncio.FIRST_COMPLETED)
+        if get not in done:
+            get.cancel()
+            return
+        yield get.result()
+
+
 async def until_done_or_gone(request, future: asyncio.Future, cancel) -> object:
     """Await ``future``; if the client disconnects first, call ``cancel`` (the work stops, pages return)."""
     while True:
@@ -136,13 +147,8 @@ class OpenAIHandlers:
                 yield sse({"id": rid, "object": obj, "created": created, "model": model.name,
                            "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
             fut = asyncio.wrap_future(req.future)
-            while True:
-                get = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({get, fut}, return_when=asyncio.FIRST_COMPLETED)
-                if get not in done:
-                    get.cancel()
-                    break
-                ids.append(get.result())
+            async for token in queued_until_done(queue, fut):
+                ids.append(token)
                 text, stopped = _cut(model.tokenizer.decode(ids), stops)
                 ready = text if stopped else text[: max(len(text) - hold, len(sent))]
                 if len(ready) > len(sent):
@@ -153,8 +159,6 @@ class OpenAIHandlers:
             except Exception as exc:  # timeout / cancellation mid-stream: tell the client, end the stream
                 yield sse({"error": {"message": str(exc), "type": type(exc).__name__}})
                 return
-            while not queue.empty():
-                ids.append(queue.get_nowait())
             text, stopped = _cut(model.tokenizer.decode(result.token_ids), stops)
             if len(text) > len(sent):
                 yield chunk(text[len(sent):])
