@@ -3,7 +3,7 @@
 Starts the real server as a subprocess (once with backpressure, once without when the sweep asks for both),
 sends a bounded number of requests (count and wall time) and reports requests/s, generated tokens/s (from
 the server's own counters), p50/p95 latency; the speedup of N concurrent clients over the same workload
-one request at a time on the same engine; and, for open-loop arrivals at increasing rates, the highest rate
+one request at a time on the same engine (the same requests, each run from a cold prefix cache); and, for open-loop arrivals at increasing rates, the highest rate
 whose p95 stays under a stated bound. Results (with the command) go to benchmarks/results/serve_load.json.
 
     nice -n 19 .venv/bin/python benchmarks/serve_load.py                  # real models, RAG requests
@@ -13,6 +13,7 @@ whose p95 stays under a stated bound. Results (with the command) go to benchmark
 from __future__ import annotations
 
 import argparse
+import random
 import socket
 import statistics
 import subprocess
@@ -26,6 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import RESULTS_DIR, command_line, git_state, loadavg, machine_info, write_results  # noqa: E402
+from specrag_jax.serving.warmup import default_compile_cache  # noqa: E402
 
 TOPICS = [
     ("France", "Paris", "the Seine"), ("Italy", "Rome", "the Tiber"), ("Germany", "Berlin", "the Spree"),
@@ -35,15 +37,25 @@ TOPICS = [
 ]
 
 
+PHRASINGS = ["What is the capital of {}?", "Which city is the capital of {}?", "Name the capital city of {}.",
+             "What city serves as the capital of {}?", "Tell me the capital of {}.", "Where is the seat of {}'s government?"]
+ENDINGS = ["", " Answer briefly.", " Please be concise.", " One word is enough."]
+UNIQUE_QUESTIONS = len(TOPICS) * len(PHRASINGS) * len(ENDINGS)  # 288
+
+
 def rag_body(i: int, m: int, k: int) -> dict:
-    """Question i with six short passages (two relevant, four distractors)."""
-    country, city, river = TOPICS[i % len(TOPICS)]
+    """Question i with six short passages (two relevant, four distractors). Every i below UNIQUE_QUESTIONS
+    asks a different question, with its own distractors: a measured run never reuses another run's question
+    from the prefix cache (the shared instructions still are)."""
+    n = len(TOPICS)
+    country, city, river = TOPICS[i % n]
     docs = [{"id": f"{country}-capital", "title": city, "text": f"{city} is the capital of {country}."},
             {"id": f"{country}-river", "title": river, "text": f"{city} lies on {river}, in {country}."}]
-    for j in range(1, 5):
-        c2, city2, _ = TOPICS[(i + j) % len(TOPICS)]
+    others = random.Random(i).sample([t for t in TOPICS if t[0] != country], 4)
+    for c2, city2, _ in others:
         docs.append({"id": f"{c2}-capital", "title": city2, "text": f"{city2} is the capital of {c2}."})
-    return {"question": f"What is the capital of {country}?", "documents": docs, "m": m, "k": k}
+    question = PHRASINGS[(i // n) % len(PHRASINGS)].format(country) + ENDINGS[(i // (n * len(PHRASINGS))) % 4]
+    return {"question": question, "documents": docs, "m": m, "k": k}
 
 
 def completion_body(i: int, max_tokens: int) -> dict:
@@ -67,15 +79,19 @@ class Server:
         cmd = [sys.executable, "-m", "specrag_jax.cli", "serve", "--port", str(self.port), "--drafter", args.drafter,
                "--verifier", args.verifier, "--num-pages", str(args.num_pages), "--max-seq-len",
                str(args.max_seq_len), "--token-budget", str(args.token_budget), "--request-timeout", "600",
-               "--max-inflight", "64", "--max-waiting", "256"] + ([] if backpressure else ["--no-backpressure"])
+               "--max-inflight", "64", "--max-waiting", "256", "--warmup", args.warmup_level,
+               "--compile-cache", args.compile_cache] + (["--warmup-greedy-only"] if args.workload == "rag" else []) \
+            + ([] if backpressure else ["--no-backpressure"])
         self.log = open(Path(args.log_dir) / f"serve_load_server_{'bp' if backpressure else 'nobp'}.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + args.startup_timeout
+        t0 = time.monotonic()
+        deadline = t0 + args.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited ({self.proc.returncode}); see {self.log.name}")
             try:
                 if httpx.get(f"{self.base}/health", timeout=5).status_code == 200:
+                    self.startup_s = round(time.monotonic() - t0, 1)
                     return
             except httpx.HTTPError:
                 time.sleep(0.5)
@@ -83,6 +99,9 @@ class Server:
 
     def health(self) -> dict:
         return httpx.get(f"{self.base}/health", timeout=30).json()["engines"]
+
+    def reset_prefix_cache(self) -> None:
+        httpx.post(f"{self.base}/reset_prefix_cache", timeout=30).raise_for_status()
 
     def generated_tokens(self) -> int:
         return sum(e.get("generated_tokens", 0) for e in self.health().values())
@@ -138,16 +157,16 @@ def closed_loop(server: Server, args: argparse.Namespace, concurrency: int, n: i
     return out
 
 
-def open_loop(server: Server, args: argparse.Namespace, rate: float) -> dict:
-    """Arrivals every 1/rate seconds for ``--sweep-time`` seconds (at most ``--requests``), not waiting."""
-    n = max(1, min(args.requests, int(rate * args.sweep_time)))
+def open_loop(server: Server, args: argparse.Namespace, rate: float, offset: int = 1000) -> dict:
+    """Arrivals every 1/rate seconds for ``--sweep-time`` seconds (at most ``--sweep-requests``), not waiting."""
+    n = max(1, min(args.sweep_requests, int(rate * args.sweep_time)))
     results: list[tuple[float, int]] = []
     tokens0, t0 = server.generated_tokens(), time.perf_counter()
     with httpx.Client(limits=httpx.Limits(max_connections=256)) as client, ThreadPoolExecutor(128) as pool:
         futures = []
         for i in range(n):
             time.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
-            futures.append(pool.submit(_post, client, server, args, 1000 + i))
+            futures.append(pool.submit(_post, client, server, args, offset + i))
         results = [f.result() for f in futures]
     wall = time.perf_counter() - t0
     out = _summary([r[0] for r in results], [r[1] for r in results], wall, server.generated_tokens() - tokens0)
@@ -164,18 +183,25 @@ def run(args: argparse.Namespace) -> dict:
         name = "backpressure" if bp else "no_backpressure"
         server = Server(args, bp)
         try:
-            for i in range(args.warmup):  # compile the step shapes outside the measurement
+            run_out: dict = {"startup_s": server.startup_s, "warmup": {
+                n: {k: e.get(k) for k in ("warmup_programs", "warmup_s")} for n, e in server.health().items()}}
+            # Warm-up asks questions from the end of the set; the sweep asks fresh ones (rag_body).
+            offset = UNIQUE_QUESTIONS - args.warmup * args.concurrency
+            for i in range(args.warmup):  # a few requests on top of the server's own warm-up (tokenizers, jits)
                 closed_loop(server, args, 1 if i == 0 else args.concurrency, 1 if i == 0 else args.concurrency,
-                            offset=500 + 10 * i)
-            run_out: dict = {}
-            if bp or args.backpressure == "off":
+                            offset=offset + args.concurrency * i)
+            if bp or args.backpressure == "off":  # the same requests both ways, each from a cold prefix cache
+                server.reset_prefix_cache()
                 run_out["sequential"] = closed_loop(server, args, 1, args.requests)
+                server.reset_prefix_cache()
                 run_out["concurrent"] = closed_loop(server, args, args.concurrency, args.requests)
                 seq, con = run_out["sequential"]["requests_per_s"], run_out["concurrent"]["requests_per_s"]
                 run_out["speedup"] = round(con / seq, 3) if seq and con else None
             sweep = []
+            sweep_offset = args.requests  # fresh questions from here on
             for rate in args.rates:
-                point = open_loop(server, args, rate)
+                point = open_loop(server, args, rate, sweep_offset)
+                sweep_offset += point["requests"]
                 point["held"] = bool(point["ok"] == point["requests"] and point["latency_s"]["p95"] is not None
                                      and point["latency_s"]["p95"] <= args.p95_bound)
                 sweep.append(point)
@@ -208,14 +234,19 @@ def main(argv=None) -> int:
     p.add_argument("--max-time", type=float, default=600.0, help="seconds per closed-loop measurement (bound)")
     p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[0.1, 0.2, 0.4, 0.8])
     p.add_argument("--sweep-time", type=float, default=60.0, help="seconds of arrivals per rate")
+    p.add_argument("--sweep-requests", type=int, default=40, help="most requests per rate of the sweep")
     p.add_argument("--p95-bound", type=float, default=60.0, help="latency bound (s) for the rate sweep")
     p.add_argument("--backpressure", default="both", choices=["both", "on", "off"])
     p.add_argument("--warmup", type=int, default=2, help="warm-up rounds (1 sequential, then concurrent)")
+    p.add_argument("--warmup-level", default="full", choices=["none", "decode", "full"],
+                   help="the server's own step-shape warm-up (specrag serve --warmup)")
+    p.add_argument("--compile-cache", default=str(default_compile_cache()),
+                   help="the server's persistent compilation cache ('none' = off)")
     p.add_argument("--num-pages", type=int, default=1024)
     p.add_argument("--max-seq-len", type=int, default=1024)
     p.add_argument("--token-budget", type=int, default=256)
     p.add_argument("--request-timeout", type=float, default=900.0)
-    p.add_argument("--startup-timeout", type=float, default=600.0)
+    p.add_argument("--startup-timeout", type=float, default=1800.0, help="seconds for the server to load and warm up")
     p.add_argument("--log-dir", default="/tmp")
     p.add_argument("--out", default=str(RESULTS_DIR / "serve_load.json"))
     args = p.parse_args(argv)

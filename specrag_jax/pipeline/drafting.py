@@ -126,15 +126,9 @@ def write_drafts(
     gen = drafter.generator
     phases = [Phase(max_rationale_tokens, _stop_at_line_end(drafter)),
               Phase(max_answer_tokens, _stop_at_line_end(drafter))]
-    if hasattr(gen, "generate_phases"):  # the branches keep their K/V: phase 2 prefills only the forced tag
-        phase1, phase2 = gen.generate_phases(prefix_ids, suffixes, phases, between, sampling)
-        phase2_prefill = len(response_ids) * len(suffixes) + sum(refed.values())
-    else:  # an executor without phases (the serving adapter): phase 2 is a new request (its prefix cache helps)
-        phase1 = gen.generate_branches(prefix_ids, suffixes, sampling, max_rationale_tokens, phases[0].stop_fn)
-        keeps = [between(0, row, r)[0] for row, r in enumerate(phase1)]
-        suffixes2 = [suf + r.token_ids[:keep] + response_ids for suf, r, keep in zip(suffixes, phase1, keeps)]
-        phase2 = gen.generate_branches(prefix_ids, suffixes2, sampling, max_answer_tokens, phases[1].stop_fn)
-        phase2_prefill = sum(len(prefix_ids) + len(s) for s in suffixes2)
+    # The branches keep their K/V between the phases: phase 2 prefills only the forced tag.
+    phase1, phase2 = gen.generate_phases(prefix_ids, suffixes, phases, between, sampling)
+    phase2_prefill = len(response_ids) * len(suffixes) + sum(refed.values())
     drafts = []
     for i, (subset, res) in enumerate(zip(subsets, phase2)):
         rat, lp1, n1 = rationales[i]

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from specrag_jax.models.generation import GenerationResult
+from specrag_jax.models.generation import BetweenFn, GenerationResult, Phase
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.serving.engine import Engine
@@ -78,7 +78,8 @@ class RequestContext:
 
 
 class EngineGenerator:
-    """``Generator``'s interface (generate, generate_branches, score_tree, check_prompt) over an Engine."""
+    """``Generator``'s interface (generate, generate_branches, generate_phases, score_tree, check_prompt) over
+    an Engine."""
 
     def __init__(self, engine: Engine, ctx: RequestContext, role: str = "") -> None:
         self.engine, self.ctx, self.role = engine, ctx, role
@@ -97,6 +98,14 @@ class EngineGenerator:
         self.ctx.emit({"event": "stage", "stage": f"{self.role}_generate", "branches": len(suffixes)})
         return self.ctx.wait(lambda t: self.engine.submit_generate(prefix, suffixes, sampling, max_new_tokens,
                                                                    stop_fn, timeout=t))
+
+    def generate_phases(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], phases: Sequence[Phase],
+                        between: BetweenFn | None = None,
+                        sampling=SamplingParams()) -> list[list[GenerationResult]]:
+        self.ctx.emit({"event": "stage", "stage": f"{self.role}_generate", "branches": len(suffixes),
+                       "phases": len(phases)})
+        return self.ctx.wait(lambda t: self.engine.submit_phases(prefix, suffixes, phases, between, sampling,
+                                                                 timeout=t))
 
     def score_tree(self, prefix: Sequence[int], tokens: Sequence[int], parents: Sequence[int],
                    positions: Sequence[int], rows: Sequence[int], targets: Sequence[int]) -> np.ndarray:

@@ -138,6 +138,11 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
     async def health():
         return {"status": "ok", "engines": {n: e.stats() for n, e in service.unique_engines.items()}}
 
+    @app.post("/reset_prefix_cache", dependencies=[Depends(auth)])
+    async def reset_prefix_cache():
+        """Evict the prefix caches' evictable pages (pages of running requests stay); for cold-cache benchmarks."""
+        return {"freed_pages": {n: e.reset_prefix_cache() for n, e in service.unique_engines.items()}}
+
     @app.get("/metrics")
     async def prometheus():
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -35,6 +35,12 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-docs", type=int, default=10)
     p.add_argument("--m", type=int, default=5, help="default number of drafts")
     p.add_argument("--k", type=int, default=2, help="default number of clusters")
+    p.add_argument("--warmup", default="decode", choices=["none", "decode", "full"],
+                   help="compile step shapes before serving: decode steps only, or every reachable shape")
+    p.add_argument("--warmup-greedy-only", action="store_true",
+                   help="warm up greedy programs only (sampled requests compile theirs on first use)")
+    p.add_argument("--compile-cache", default=None,
+                   help="persistent XLA compilation cache directory (default ~/.cache/specrag-jax/xla; 'none' = off)")
     p.add_argument("--log-level", default="warning")
     from specrag_jax.parallel.cli import add_mesh_arguments
 
@@ -92,7 +98,16 @@ def serve_main(args: argparse.Namespace) -> int:
 
     from specrag_jax.serving.app import create_app
 
+    from specrag_jax.serving.warmup import default_compile_cache, enable_compile_cache
+
+    if args.compile_cache != "none":
+        enable_compile_cache(args.compile_cache or default_compile_cache())
     service = build_service(args)
+    if args.warmup != "none":
+        print(f"specrag: compiling the engines' step shapes (--warmup {args.warmup}) ...", file=sys.stderr, flush=True)
+        for name, report in service.warmup(args.warmup, sampled=not args.warmup_greedy_only).items():
+            print(f"specrag: {name}: {report['programs']} programs in {report['seconds']} s", file=sys.stderr,
+                  flush=True)
     app = create_app(service)
     print(f"specrag: serving {args.drafter} (drafter) and {args.verifier} (verifier) on "
           f"http://{args.host}:{args.port}", file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.generation import GenerationResult, Generator
+from specrag_jax.models.generation import BetweenFn, GenerationResult, Generator, Phase
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.serving.admission import Admitter, worst_case_pages
@@ -65,6 +65,16 @@ class Engine:
             self._thread.start()
         return self
 
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def warmup(self, level: str = "full", sampled: bool = True, score: bool = True):
+        """Compile the step shapes this engine can reach (``serving.warmup``); before ``start()``."""
+        from specrag_jax.serving.warmup import warmup
+
+        return warmup(self, level, sampled, score)
+
     def stop(self, drain: bool = True, timeout: float | None = None) -> None:
         """Refuse new work; with ``drain`` finish what is queued and running, else cancel it; join the loop."""
         with self._cv:
@@ -89,10 +99,14 @@ class Engine:
                         max_new_tokens: int = 64, stop_fn: StopFn | None = None, on_token: TokenFn | None = None,
                         timeout: float | None = None) -> Request:
         """Queue a continuation of ``prefix + suffix`` for every suffix (shared prefix pages, one group)."""
-        if not suffixes:
-            raise SpecRagError("no prompts given")
         if max_new_tokens < 1:
             raise SpecRagError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
+        return self._enqueue(self._generate_request(prefix, suffixes, sampling, max_new_tokens, stop_fn, on_token),
+                             timeout)
+
+    def _generate_request(self, prefix, suffixes, sampling, max_new_tokens: int, stop_fn, on_token) -> Request:
+        if not suffixes:
+            raise SpecRagError("no prompts given")
         params = [sampling] * len(suffixes) if isinstance(sampling, SamplingParams) else list(sampling)
         if len(params) != len(suffixes):
             raise SpecRagError(f"{len(params)} sampling settings for {len(suffixes)} prompts")
@@ -100,7 +114,25 @@ class Engine:
         suffixes = [[int(t) for t in s] for s in suffixes]
         for s in suffixes:
             self._checker.check_prompt(prefix + s, max_new_tokens)
-        req = Request("generate", prefix, suffixes, params, max_new_tokens, stop_fn, on_token)
+        return Request("generate", prefix, suffixes, params, max_new_tokens, stop_fn, on_token)
+
+    def submit_phases(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], phases: Sequence[Phase],
+                      between: BetweenFn | None = None,
+                      sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+                      max_forced_tokens: int = 32, timeout: float | None = None) -> Request:
+        """Queue ``Generator.generate_phases`` work: each branch keeps its K/V from one phase to the next.
+
+        When a branch ends a phase, ``between(phase, branch, result)`` (called on the engine thread) gives how
+        many of its tokens to keep and the tokens to force; the branch then prefills only those and goes on,
+        without waiting for the other branches. Pages for all phases plus ``max_forced_tokens`` forced tokens
+        are reserved at admission. The future resolves to one list of results per phase."""
+        if not phases or any(ph.max_new_tokens < 1 for ph in phases):
+            raise SpecRagError("every phase needs max_new_tokens >= 1")
+        if max_forced_tokens < 0:
+            raise SpecRagError(f"max_forced_tokens must be >= 0 (got {max_forced_tokens})")
+        reserve = sum(ph.max_new_tokens for ph in phases) + (max_forced_tokens if len(phases) > 1 else 0)
+        req = self._generate_request(prefix, suffixes, sampling, reserve, None, None)
+        req.phases, req.between, req.max_forced_tokens = list(phases), between, max_forced_tokens
         return self._enqueue(req, timeout)
 
     def submit_score(self, prefix: Sequence[int], tree: Tree, timeout: float | None = None) -> Request:
@@ -151,6 +183,11 @@ class Engine:
                 "prefill_chunk": self.backpressure.chunk, **dict(self.counters),
             }
 
+    def reset_prefix_cache(self) -> int:
+        """Evict every page only the prefix cache holds (cold-cache measurements); returns the pages freed."""
+        with self._state:
+            return self.cache.clear()
+
     def stage(self, stage: str, seconds: float) -> None:
         if self._on_stage is not None:
             self._on_stage(self.name, stage, seconds)
@@ -180,7 +217,7 @@ class Engine:
                 self._cv.wait(timeout=0.005)
             return
         try:
-            outcome = work.run(self.runner, self.config.min_step_seqs, self.config.min_step_tokens)
+            outcome = work.run(self.runner, self.config)
             with self._state:
                 self._steps.dispatch(work, outcome)
         except Exception as exc:  # a failed step fails the requests in it
@@ -244,15 +281,27 @@ class Engine:
             else:
                 req.future.set_result(value)
 
+    def fail(self, req: Request, error: BaseException) -> None:
+        """End a request with an error (its pages return to the pool)."""
+        self._finish(req, error if isinstance(error, SpecRagError) else EngineError(f"engine error: {error}"))
+
     def complete(self, req: Request) -> None:
         now = time.perf_counter()
         if req.kind == "score":
             return
-        results = [GenerationResult(s.out, s.logprobs, s.finish or "length", len(s.prompt),
-                                    s.prefill_done_at - req.admitted_at, s.finished_at - s.prefill_done_at,
-                                    shared_prefix_tokens=req.shared_len) for s in req.seqs]
+        results = [self.result_of(s) for s in req.seqs]
+        if req.phases:  # one list per phase: the earlier phases' results were kept as each branch moved on
+            results = [[s.phase_results[p] for s in req.seqs] for p in range(len(req.phases) - 1)] + [results]
         self.stage("request", now - req.submitted_at)
         self._finish(req, value=results)
+
+    @staticmethod
+    def result_of(s) -> GenerationResult:
+        """The result of a sequence's current (just finished) phase."""
+        start = s.req.admitted_at if not s.phase_results else s.phase_started_at
+        return GenerationResult(list(s.out), list(s.logprobs), s.finish or "length", len(s.prompt),
+                                s.prefill_done_at - start, s.finished_at - s.prefill_done_at,
+                                shared_prefix_tokens=s.req.shared_len)
 
     def complete_score(self, req: Request, logprobs: np.ndarray) -> None:
         self.stage("request", time.perf_counter() - req.submitted_at)

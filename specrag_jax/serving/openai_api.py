@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from specrag_jax.models.generation import GenerationResult
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.serving.detokenize import IncrementalDetokenizer
 from specrag_jax.serving.requests import RequestTimeout
 from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, _Sampling
 from specrag_jax.serving.service import Service
@@ -140,7 +141,7 @@ class OpenAIHandlers:
                 c = {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
             return sse({"id": rid, "object": obj, "created": created, "model": model.name, "choices": [c]})
 
-        ids: list[int] = []
+        detok = IncrementalDetokenizer(model.tokenizer.decode)
         sent = ""
         try:
             if chat:
@@ -148,8 +149,8 @@ class OpenAIHandlers:
                            "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
             fut = asyncio.wrap_future(req.future)
             async for token in queued_until_done(queue, fut):
-                ids.append(token)
-                text, stopped = _cut(model.tokenizer.decode(ids), stops)
+                detok.push(token)
+                text, stopped = _cut(detok.text, stops)
                 ready = text if stopped else text[: max(len(text) - hold, len(sent))]
                 if len(ready) > len(sent):
                     yield chunk(ready[len(sent):])

@@ -26,12 +26,16 @@ class SchedulerConfig:
     backpressure: bool = True
     busy_decoders: int = 8  # at least this many decoding sequences count as "many"
     low_free_fraction: float = 0.15  # the pool counts as nearly full below this free fraction
-    min_step_seqs: int = 8  # sequence-count bucket floor: fewer step shapes (compilations) under mixed load
+    min_step_seqs: int = 4  # sequence-count bucket floor: fewer step shapes (compilations) under mixed load
     min_step_tokens: int = 64  # token-count bucket floor of prefill / mixed steps
+    score_step_seqs: int = 8  # sequences (trees + prefix chunks) in a scoring step: its one sequence bucket
 
     def __post_init__(self) -> None:
-        if self.token_budget < 1 or self.min_prefill_chunk < 1 or self.max_running < 1 or self.max_queue < 1:
-            raise SpecRagError("token_budget, min_prefill_chunk, max_running and max_queue must be >= 1")
+        if min(self.token_budget, self.min_prefill_chunk, self.max_running, self.max_queue, self.min_step_seqs,
+               self.min_step_tokens, self.score_step_seqs) < 1:
+            raise SpecRagError("token_budget, min_prefill_chunk, max_running, max_queue, min_step_seqs, "
+                               "min_step_tokens and score_step_seqs must be >= 1")
+        self.score_step_seqs = bucket(self.score_step_seqs)
         self.token_budget = bucket(self.token_budget)
         self.min_prefill_chunk = min(bucket(self.min_prefill_chunk), self.token_budget)
 

@@ -30,6 +30,10 @@ class RequestTimeout(EngineError):
     """The request ran past its deadline."""
 
 
+class PhaseError(EngineError):
+    """A phase transition that needs more tokens than the request reserved."""
+
+
 class EngineStopped(EngineError):
     """The engine no longer accepts work."""
 
@@ -65,6 +69,9 @@ class Seq:
     finish: str | None = None
     prefill_done_at: float = 0.0
     finished_at: float = 0.0
+    phase_started_at: float = 0.0
+    phase: int = 0  # index into the request's phases (generate_phases requests)
+    phase_results: list = dataclasses.field(default_factory=list)  # GenerationResult of each finished phase
 
     @property
     def prefilling(self) -> bool:
@@ -78,7 +85,8 @@ class Seq:
 @dataclasses.dataclass(eq=False)
 class Request:
     """One unit of engine work: a group of branches to generate, or a tree to score. ``future`` resolves to
-    a list of ``GenerationResult`` (generate) or a float32 array of log-probabilities (score)."""
+    a list of ``GenerationResult`` (generate), one such list per phase (generate with ``phases``) or a float32
+    array of log-probabilities (score)."""
 
     kind: str  # "generate" | "score"
     prefix: list[int]
@@ -88,6 +96,9 @@ class Request:
     stop_fn: StopFn | None = None
     on_token: TokenFn | None = None
     tree: Tree | None = None
+    phases: Sequence = ()  # models.generation.Phase list: the sequences keep their K/V from one to the next
+    between: Callable | None = None  # (phase, branch, GenerationResult) -> (kept tokens, forced tokens)
+    max_forced_tokens: int = 0  # forced tokens ``between`` may add over all phases (reserved up front)
     deadline: float | None = None
     future: Future = dataclasses.field(default_factory=Future)
     cancelled: bool = False
@@ -104,6 +115,13 @@ class Request:
         self.cancelled = True
         if self._engine is not None:
             self._engine.wake()  # type: ignore[attr-defined]
+
+    def phase_limit(self, seq: Seq) -> tuple[int, StopFn | None]:
+        """The token budget and stop condition of the phase ``seq`` is in."""
+        if self.phases:
+            ph = self.phases[seq.phase]
+            return ph.max_new_tokens, ph.stop_fn
+        return self.max_new_tokens, self.stop_fn
 
     def result(self, timeout: float | None = None):
         return self.future.result(timeout)

@@ -59,6 +59,13 @@ class Service:
     def unique_engines(self) -> dict[str, Engine]:
         return {e.name: e for e in self.engines.values()}
 
+    def warmup(self, level: str = "full", sampled: bool = True) -> dict:
+        """Compile every engine's step shapes before ``start()`` (``serving.warmup``); a report per engine.
+        Only the verifier's engine scores trees, so only it compiles the scoring shapes."""
+        scorer = self.engines["verifier"]
+        return {name: eng.warmup(level, sampled, score=eng is scorer).as_dict()
+                for name, eng in self.unique_engines.items()}
+
     def start(self) -> "Service":
         for eng in self.unique_engines.values():
             eng.start()

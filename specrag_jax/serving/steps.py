@@ -16,7 +16,8 @@ import numpy as np
 
 from specrag_jax.models.packing import Chunk, bucket
 from specrag_jax.models.runner import ModelRunner
-from specrag_jax.serving.requests import Request, Seq
+from specrag_jax.serving.policy import SchedulerConfig
+from specrag_jax.serving.requests import PhaseError, Request, Seq
 
 if TYPE_CHECKING:
     from specrag_jax.serving.engine import Engine
@@ -32,12 +33,16 @@ class Work:
     targets: list[int]
     requests: list[Request]
 
-    def run(self, runner: ModelRunner, min_seqs: int = 1, min_tokens: int = 1):
+    def run(self, runner: ModelRunner, cfg: SchedulerConfig):
         decode = all(len(c.tokens) == 1 and c.parents is None for c in self.chunks)
         total = sum(len(c.tokens) for c in self.chunks)
-        # Bucket floors keep the number of distinct step shapes (each one an XLA compilation) small.
-        step = runner.pack(self.chunks, token_bucket=None if decode else bucket(total, min_tokens),
-                           min_seqs=min_seqs)
+        min_seqs, min_tokens = (cfg.min_step_seqs if self.kind == "sample" else cfg.score_step_seqs), cfg.min_step_tokens
+        # Bucket floors keep the number of distinct step shapes (each one an XLA compilation) small; a sampling
+        # step pads its rows to its sequence bucket, so its shape is (tokens, sequences, pages) only.
+        # A decode step's token count is its sequence bucket (no padded tokens: each one gathers its KV pages).
+        seqs = bucket(len(self.chunks), min_seqs)
+        step = runner.pack(self.chunks, token_bucket=seqs if decode else bucket(total, min_tokens),
+                           min_seqs=seqs if self.kind == "sample" else min_seqs)
         if self.kind == "score":
             return runner.score(step, self.targets)
         sp = [s.sampling for s in self.row_seqs]
@@ -72,9 +77,10 @@ class StepBuilder:
         self.t_start = time.perf_counter()
         return work
 
-    def _prefill_chunks(self, seqs: list[Seq], budget: int, with_rows: bool, work: Work) -> None:
+    def _prefill_chunks(self, seqs: list[Seq], budget: int, with_rows: bool, work: Work,
+                        max_chunks: int | None = None) -> None:
         for s in seqs:
-            if budget <= 0:
+            if budget <= 0 or (max_chunks is not None and len(work.chunks) >= max_chunks):
                 break
             if not s.prefilling or (not with_rows and s.sampling is not None):
                 continue
@@ -92,23 +98,24 @@ class StepBuilder:
     def _sample(self, seqs: list[Seq]) -> Work:
         eng, cfg = self.engine, self.engine.config
         work = Work("sample", [], [], [], [], [], [])
-        decoders = [s for s in seqs if s.decoding][: cfg.token_budget]
+        cap = bucket(cfg.max_running)  # sequences per sampling step: the largest warmed-up sequence bucket
+        decoders = [s for s in seqs if s.decoding][: min(cfg.token_budget, cap)]
         for s in decoders:
             work.chunks.append(Chunk(s.pages, len(s.prompt) + len(s.out) - 1, [s.out[-1]], rows=[0]))
             work.row_seqs.append(s)
             work.requests.append(s.req)
         alloc = eng.runner.allocator
         chunk = eng.backpressure.update(len(decoders), alloc.num_free / max(alloc.num_usable, 1))
-        self._prefill_chunks(seqs, min(chunk, cfg.token_budget - len(decoders)), True, work)
+        self._prefill_chunks(seqs, min(chunk, cfg.token_budget - len(decoders)), True, work, max_chunks=cap)
         return work
 
     def _score(self, trees: list[Request], seqs: list[Seq]) -> Work:
         cfg = self.engine.config
         work = Work("score", [], [], [], [], [], [])
         used = 0
-        for r in trees:
+        for r in trees:  # at most score_step_seqs chunks: scoring steps keep one sequence bucket (warmup.py)
             t = r.tree
-            if work.trees and used + len(t.tokens) > cfg.token_budget:
+            if work.trees and (used + len(t.tokens) > cfg.token_budget or len(work.chunks) >= cfg.score_step_seqs):
                 break
             p = r.prefix_seq
             work.chunks.append(Chunk(p.pages, len(p.prompt), t.tokens, parents=t.parents, positions=t.positions,
@@ -117,7 +124,7 @@ class StepBuilder:
             work.trees.append(r)
             work.requests.append(r)
             used += len(t.tokens)
-        self._prefill_chunks(seqs, cfg.token_budget - used, False, work)
+        self._prefill_chunks(seqs, cfg.token_budget - used, False, work, max_chunks=cfg.score_step_seqs)
         return work
 
     # ------------------------------------------------------------------ results
@@ -149,7 +156,11 @@ class StepBuilder:
         for s, tok, lp in zip(work.row_seqs, ids, lps):
             if s.pages == [] or s.req.future.done():
                 continue  # cancelled while the step ran
-            self._accept(s, int(tok), float(lp), now)
+            try:
+                self._accept(s, int(tok), float(lp), now)
+            except Exception as exc:  # a failed phase transition fails its own request, not the step
+                eng.fail(s.req, exc)
+                continue
             if all(x.finish is not None for x in s.req.seqs):
                 done[id(s.req)] = s.req
         for req in done.values():
@@ -164,14 +175,39 @@ class StepBuilder:
                 req.on_token(s.branch, token)
             except Exception:  # a broken listener must not stop the engine
                 req.on_token = None
+        limit, stop_fn = req.phase_limit(s)
         if token in eng.eos_ids:
             s.finish = "eos"
-        elif req.stop_fn is not None and req.stop_fn(s.branch, s.out):
+        elif stop_fn is not None and stop_fn(s.branch, s.out):
             s.finish = "stop"
-        elif len(s.out) >= req.max_new_tokens:
+        elif len(s.out) >= limit:
             s.finish = "length"
         if s.finish is not None:
             s.finished_at = now
-            if s.pages:
+            if s.phase < len(req.phases) - 1:
+                self._next_phase(s, now)
+            elif s.pages:
                 pages, s.pages = s.pages, []
                 eng.runner.allocator.release(pages)
+
+    def _next_phase(self, s: Seq, now: float) -> None:
+        """Move a branch that ended a phase to the next one, keeping its K/V (``Generator._next_phase``)."""
+        req = s.req
+        result = self.engine.result_of(s)
+        keep, forced = req.between(s.phase, s.branch, result) if req.between else (len(s.out), [])
+        keep = max(0, min(int(keep), len(s.out)))
+        forced = [int(t) for t in forced]
+        grown = len(s.prompt) + keep + len(forced) - len(s.req.prefix) - len(s.req.suffixes[s.branch])
+        budget = sum(ph.max_new_tokens for ph in req.phases[: s.phase + 1]) + req.max_forced_tokens
+        if grown > budget:
+            raise PhaseError(f"phase {s.phase} of branch {s.branch} forces {len(forced)} tokens; the request "
+                             f"reserved {req.max_forced_tokens} forced tokens")
+        # K/V is valid for the prompt and the kept tokens that were fed back (the last sampled one never is).
+        valid = len(s.prompt) + min(keep, max(len(s.out) - 1, 0))
+        s.phase_results.append(result)
+        s.prompt = s.prompt + s.out[:keep] + forced
+        self.engine._checker.check_prompt(s.prompt, req.phases[s.phase + 1].max_new_tokens)
+        s.prefilled = min(valid, len(s.prompt) - 1)
+        s.out, s.logprobs, s.finish = [], [], None
+        s.phase += 1
+        s.phase_started_at = now

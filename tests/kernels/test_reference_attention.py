@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specrag_jax.kernels import AttentionMetadata, ancestor_mask, paged_tree_attention_reference, write_kv
+from specrag_jax.kernels.reference import prefix_gather_mode
 
 
 def brute_force(q, k_new, v_new, k_pool, v_pool, seqs, scale, window, softcap):
@@ -79,7 +80,7 @@ def to_meta(seqs, t_pad, ps, n_pages):
                              page_table, kv_lens)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     seed=st.integers(0, 2**31 - 1),
     n_seqs=st.integers(1, 3),
@@ -88,8 +89,9 @@ def to_meta(seqs, t_pad, ps, n_pages):
     window=st.sampled_from([0, 1, 3, 8]),
     softcap=st.sampled_from([None, 5.0]),
     heads=st.sampled_from([(4, 1), (4, 2), (3, 3)]),
+    prefix_gather=st.sampled_from(["auto", "per_sequence", "per_token"]),
 )
-def test_reference_matches_brute_force(seed, n_seqs, ps, tree, window, softcap, heads):
+def test_reference_matches_brute_force(seed, n_seqs, ps, tree, window, softcap, heads, prefix_gather):
     rng = np.random.default_rng(seed)
     hq, hkv = heads
     d = 8
@@ -100,7 +102,8 @@ def test_reference_matches_brute_force(seed, n_seqs, ps, tree, window, softcap, 
     v_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
     meta = to_meta(seqs, t_pad, ps, k_pool.shape[0])
     got = np.asarray(paged_tree_attention_reference(
-        q, k_new, v_new, k_pool, v_pool, meta, scale=0.3, window=window, softcap=softcap, tree=tree))
+        q, k_new, v_new, k_pool, v_pool, meta, scale=0.3, window=window, softcap=softcap, tree=tree,
+        prefix_gather=prefix_gather))
     want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, 0.3, window, softcap)
     np.testing.assert_allclose(got[:total], want[:total], atol=2e-5, rtol=1e-5)
     assert np.all(got[total:] == 0)
@@ -130,3 +133,18 @@ def test_all_roots_tree_sees_only_prefix_and_self(kv_len):
     meta = to_meta(seqs, 3, 8, 2)
     got = np.asarray(paged_tree_attention_reference(q, k_new, v_new, k_pool, v_pool, meta, scale=1.0))
     np.testing.assert_allclose(got, brute_force(q, k_new, v_new, k_pool, v_pool, seqs, 1.0, 0, None), atol=2e-5)
+
+
+def test_prefix_gather_mode_follows_the_step_shape():
+    smol = dict(kv_heads=3, group=3, head_dim=64)
+    assert prefix_gather_mode(32, 32, **smol) == "per_token"  # many decoding sequences
+    assert prefix_gather_mode(256, 32, **smol) == "per_token"  # mixed decode + prefill step
+    assert prefix_gather_mode(256, 8, **smol) == "per_sequence"  # a long prefill of few sequences
+    assert prefix_gather_mode(64, 1, **smol) == "per_sequence"
+    with pytest.raises(ValueError, match="prefix_gather"):
+        rng = np.random.default_rng(0)
+        k_pool, v_pool, seqs, total = random_case(rng, 2, 4, 2, 4, 2, 1, 8, False)
+        q = rng.normal(size=(total, 2, 8)).astype(np.float32)
+        kv = rng.normal(size=(total, 1, 8)).astype(np.float32)
+        paged_tree_attention_reference(q, kv, kv, k_pool, v_pool, to_meta(seqs, total, 4, k_pool.shape[0]),
+                                       scale=1.0, prefix_gather="bogus")

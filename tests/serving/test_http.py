@@ -122,3 +122,8 @@ def test_api_key_busy_timeout_and_metrics(make_service):
         assert "# TYPE specrag_stage_seconds histogram" in metrics
         assert "# TYPE specrag_engine_stage_seconds histogram" in metrics
         pages_home(svc)  # the cancelled engine work is reaped on the engine's next step
+        assert c.post("/reset_prefix_cache").status_code == 401
+        r = c.post("/reset_prefix_cache", headers=auth)
+        assert r.status_code == 200 and set(r.json()["freed_pages"]) == {"drafter", "verifier"}
+        assert all(e["pages_cached"] == 0 and e["pages_free"] == e["pages_total"]
+                   for e in c.get("/health").json()["engines"].values())

@@ -46,7 +46,8 @@ def server(tmp_path):
     log = open(tmp_path / "server.log", "w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "specrag_jax.cli", "serve", "--port", str(port), "--drafter", "tiny:llama",
-         "--verifier", "tiny:gemma3", "--num-pages", "128", "--max-seq-len", "512", "--m", "2"],
+         "--verifier", "tiny:gemma3", "--num-pages", "128", "--max-seq-len", "512", "--m", "2",
+         "--max-running", "16", "--warmup", "decode", "--compile-cache", str(tmp_path / "xla")],
         stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -62,6 +63,8 @@ def server(tmp_path):
 
 def test_real_server_streams_batches_cancels_and_drains(server):
     base, proc = server
+    engines = httpx.get(f"{base}/health").json()["engines"]
+    assert all(e["warmup_programs"] > 0 for e in engines.values())  # step shapes compiled before serving
     prompts = [f"Question {i}: what is {i} plus {i}?" for i in range(8)]
     body = lambda p, n=8: {"prompt": p, "max_tokens": n}  # noqa: E731
     alone = [httpx.post(f"{base}/v1/completions", json=body(p), timeout=120).json()["choices"][0]["text"]
@@ -75,6 +78,10 @@ def test_real_server_streams_batches_cancels_and_drains(server):
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in r.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]" and json.loads(lines[1][6:])["object"] == "chat.completion.chunk"
+    with httpx.stream("POST", f"{base}/v1/completions", timeout=120, json={**body(prompts[2]), "stream": True}) as r:
+        streamed = "".join(json.loads(line[6:])["choices"][0]["text"] for line in r.iter_lines()
+                           if line.startswith("data: {"))
+    assert streamed == alone[2]  # incremental detokenization adds up to the whole text
     _wait(lambda: _idle(base), 30, "pages after the streamed request")
 
     # a client that goes away mid-stream cancels its request

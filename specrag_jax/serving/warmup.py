@@ -1,0 +1,139 @@
+"""Warm-up: compile every step shape an engine can reach before it serves, so no request waits on XLA.
+
+An engine step's program is keyed by its padded shape: tokens T, sequences S, page-table width P, wanted
+rows R, and whether it is a decode step, a token tree, or greedy-only sampling. Under the engine's
+scheduler config these shapes form a small, known set:
+
+- decode steps: S in the sequence buckets up to ``max_running``, T = S;
+- sampling steps with prefill chunks: T in the token buckets up to ``token_budget``, S <= T, R = S;
+- scoring steps (verification trees): T up to ``token_budget``, R <= T, S = ``score_step_seqs``.
+
+Each is run once on throw-away chunks (``write=False`` on the null page, so no pool state changes).
+With a persistent compilation cache (``enable_compile_cache``) a restart loads the programs from disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+from specrag_jax.compile_time import CompileClock
+from specrag_jax.errors import SpecRagError
+from specrag_jax.kernels import NULL_PAGE
+from specrag_jax.models.packing import Chunk, bucket
+
+if TYPE_CHECKING:
+    from specrag_jax.serving.engine import Engine
+
+WARMUP_LEVELS = ("none", "decode", "full")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepShape:
+    kind: str  # "decode" | "prefill" (sampling step with prefill chunks) | "score"
+    tokens: int
+    seqs: int
+    pages: int
+    rows: int
+    greedy: bool = True
+
+
+@dataclasses.dataclass
+class WarmupReport:
+    programs: int
+    seconds: float
+    compile_seconds: float
+
+    def as_dict(self) -> dict:
+        return {"programs": self.programs, "seconds": round(self.seconds, 2),
+                "compile_seconds": round(self.compile_seconds, 2)}
+
+
+def _powers(lo: int, hi: int) -> list[int]:
+    out, n = [], bucket(lo)
+    while n <= max(hi, lo):
+        out.append(n)
+        n *= 2
+    return out
+
+
+def step_shapes(engine: "Engine", level: str = "full", sampled: bool = True, score: bool = True) -> list[StepShape]:
+    """The step shapes ``engine`` can run under its config: ``level`` "decode" = decode steps only; ``sampled``
+    adds the sampling (non-greedy) programs; ``score`` adds verification-tree scoring (verifier engines)."""
+    if level not in WARMUP_LEVELS:
+        raise SpecRagError(f"unknown warm-up level {level!r}; choose one of {', '.join(WARMUP_LEVELS)}")
+    if level == "none":
+        return []
+    r, cfg = engine.runner, engine.config
+    pages = _powers(r.min_page_bucket, bucket(r.max_pages_per_seq))
+    seqs = _powers(cfg.min_step_seqs, cfg.max_running)
+    greedy = (True, False) if sampled else (True,)
+    shapes = [StepShape("decode", s, s, p, s, g)
+              for s in seqs for p in pages for g in greedy]
+    if level == "full":
+        tokens = _powers(cfg.min_step_tokens, cfg.token_budget)
+        shapes += [StepShape("prefill", t, s, p, s, g)
+                   for t in tokens for s in seqs if s <= t for p in pages for g in greedy]
+        if score:
+            shapes += [StepShape("score", t, cfg.score_step_seqs, p, rows)
+                       for t in tokens for rows in _powers(cfg.score_step_seqs, t) for p in pages]
+    return shapes
+
+
+def _run_shape(engine: "Engine", shape: StepShape) -> None:
+    r = engine.runner
+    null = [NULL_PAGE] * shape.pages
+    if shape.kind == "decode":
+        chunks = [Chunk(null, 0, [0], write=False, rows=[0])] * shape.seqs
+        step = r.pack(chunks, token_bucket=shape.tokens, min_seqs=shape.seqs)
+    elif shape.kind == "prefill":
+        chunks = [Chunk(null, 0, [0, 0], write=False, rows=[1])] + \
+                 [Chunk(null, 0, [0], write=False, rows=[0])] * (shape.seqs - 1)
+        step = r.pack(chunks, token_bucket=shape.tokens, min_seqs=shape.seqs)
+    else:
+        chunk = Chunk(null, 0, [0, 0], parents=[-1, -1], positions=[0, 0], write=False, rows=[0] * shape.rows)
+        step = r.pack([chunk], token_bucket=shape.tokens, min_seqs=shape.seqs)
+        r.score(step, [0] * shape.rows)
+        return
+    n = step.num_rows
+    r.sample(step, [0.0 if shape.greedy else 1.0] * n, [0] * n, [1.0] * n, [0] * n, [0] * n)
+
+
+def warmup(engine: "Engine", level: str = "full", sampled: bool = True, score: bool = True,
+           shapes: Iterable[StepShape] | None = None) -> WarmupReport:
+    """Compile (run once) every step shape of ``step_shapes``; call before the engine serves."""
+    if engine.started:
+        raise SpecRagError(f"warm up engine {engine.name} before start(): its loop owns the runner's pool")
+    todo = list(step_shapes(engine, level, sampled, score) if shapes is None else shapes)
+    t0 = time.perf_counter()
+    with CompileClock() as clock:
+        for shape in todo:
+            _run_shape(engine, shape)
+    report = WarmupReport(len(todo), time.perf_counter() - t0, clock.seconds)
+    engine.counters["warmup_programs"] += report.programs
+    engine.counters["warmup_s"] += round(report.seconds, 2)
+    return report
+
+
+def default_compile_cache() -> Path:
+    """``$SPECRAG_COMPILE_CACHE``, else ``$XDG_CACHE_HOME/specrag-jax/xla`` (``~/.cache`` by default)."""
+    if os.environ.get("SPECRAG_COMPILE_CACHE"):
+        return Path(os.environ["SPECRAG_COMPILE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specrag-jax" / "xla"
+
+
+def enable_compile_cache(path: str | Path) -> Path:
+    """Persist compiled programs under ``path`` (JAX's compilation cache): a restarted server reloads them."""
+    import jax
+
+    path = Path(path).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecRagError(f"cannot create the compilation cache directory {path}: {exc}") from None
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    return path
