@@ -174,10 +174,19 @@ def open_loop(server: Server, args: argparse.Namespace, rate: float, offset: int
     return out
 
 
+def _max_map_count() -> int | None:
+    """Linux's per-process mapping limit: a full warm-up of both real models on CPU needs more than the default."""
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def run(args: argparse.Namespace) -> dict:
     modes = {"both": [True, False], "on": [True], "off": [False]}[args.backpressure]
     payload: dict = {"command": command_line(), "machine": machine_info(), "git": git_state(),
-                     "loadavg_start": loadavg(), "config": {k: v for k, v in vars(args).items() if k != "out"},
+                     "loadavg_start": loadavg(), "vm_max_map_count": _max_map_count(),
+                     "config": {k: v for k, v in vars(args).items() if k != "out"},
                      "runs": {}}
     for bp in modes:
         name = "backpressure" if bp else "no_backpressure"

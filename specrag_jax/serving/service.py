@@ -62,9 +62,12 @@ class Service:
     def warmup(self, level: str = "full", sampled: bool = True) -> dict:
         """Compile every engine's step shapes before ``start()`` (``serving.warmup``); a report per engine.
         Only the verifier's engine scores trees, so only it compiles the scoring shapes."""
+        from specrag_jax.serving.warmup import check_map_budget, step_shapes
+
         scorer = self.engines["verifier"]
-        return {name: eng.warmup(level, sampled, score=eng is scorer).as_dict()
-                for name, eng in self.unique_engines.items()}
+        engines = self.unique_engines.items()
+        check_map_budget(sum(len(step_shapes(eng, level, sampled, score=eng is scorer)) for _, eng in engines))
+        return {name: eng.warmup(level, sampled, score=eng is scorer).as_dict() for name, eng in engines}
 
     def start(self) -> "Service":
         for eng in self.unique_engines.values():

@@ -63,3 +63,13 @@ def test_compile_cache_directory_errors_name_the_path(tmp_path):
     blocker.write_text("x")
     with pytest.raises(SpecRagError, match="compilation cache directory"):
         enable_compile_cache(blocker / "sub")
+
+
+def test_map_budget_refuses_a_warmup_the_process_cannot_map(tmp_path):
+    from specrag_jax.serving.warmup import check_map_budget
+
+    limit = tmp_path / "max_map_count"
+    limit.write_text("65530\n")
+    check_map_budget(40, str(limit))  # the default decode warm-up of SmolLM2 (serve's defaults)
+    with pytest.raises(SpecRagError, match="vm.max_map_count is 65530"):
+        check_map_budget(60 + 105, str(limit))  # --warmup full of both real models: crashed this machine
