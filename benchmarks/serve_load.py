@@ -80,8 +80,7 @@ class Server:
                "--verifier", args.verifier, "--num-pages", str(args.num_pages), "--max-seq-len",
                str(args.max_seq_len), "--token-budget", str(args.token_budget), "--request-timeout", "600",
                "--max-inflight", "64", "--max-waiting", "256", "--warmup", args.warmup_level,
-               "--compile-cache", args.compile_cache] + (["--warmup-greedy-only"] if args.workload == "rag" else []) \
-            + ([] if backpressure else ["--no-backpressure"])
+               "--compile-cache", args.compile_cache] + ([] if backpressure else ["--no-backpressure"])
         self.log = open(Path(args.log_dir) / f"serve_load_server_{'bp' if backpressure else 'nobp'}.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         t0 = time.monotonic()
@@ -211,8 +210,11 @@ def run(args: argparse.Namespace) -> dict:
             for rate in args.rates:
                 point = open_loop(server, args, rate, sweep_offset)
                 sweep_offset += point["requests"]
+                # Held: every request served, p95 under the bound, and the server kept up (a short burst can meet
+                # the bound from the queue while the served rate falls far below the offered one).
                 point["held"] = bool(point["ok"] == point["requests"] and point["latency_s"]["p95"] is not None
-                                     and point["latency_s"]["p95"] <= args.p95_bound)
+                                     and point["latency_s"]["p95"] <= args.p95_bound
+                                     and point["requests_per_s"] >= args.min_served_fraction * rate)
                 sweep.append(point)
                 print(f"[{name}] rate {rate}/s: p95 {point['latency_s']['p95']} s, held={point['held']}",
                       file=sys.stderr, flush=True)
@@ -244,6 +246,9 @@ def main(argv=None) -> int:
     p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[0.1, 0.2, 0.4, 0.8])
     p.add_argument("--sweep-time", type=float, default=60.0, help="seconds of arrivals per rate")
     p.add_argument("--sweep-requests", type=int, default=40, help="most requests per rate of the sweep")
+    p.add_argument("--min-served-fraction", type=float, default=0.8,
+                   help="a rate is held only if the served rate reaches this fraction of it (the tail's latency "
+                        "lowers the served rate a little even when the server keeps up)")
     p.add_argument("--p95-bound", type=float, default=60.0, help="latency bound (s) for the rate sweep")
     p.add_argument("--backpressure", default="both", choices=["both", "on", "off"])
     p.add_argument("--warmup", type=int, default=2, help="warm-up rounds (1 sequential, then concurrent)")

@@ -37,8 +37,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=int, default=2, help="default number of clusters")
     p.add_argument("--warmup", default="decode", choices=["none", "decode", "full"],
                    help="compile step shapes before serving: decode steps only, or every reachable shape")
-    p.add_argument("--warmup-greedy-only", action="store_true",
-                   help="warm up greedy programs only (sampled requests compile theirs on first use)")
+    p.add_argument("--warmup-sampling", action="store_true",
+                   help="also warm up the sampling programs (requests with temperature > 0; greedy is the default)")
     p.add_argument("--compile-cache", default=None,
                    help="persistent XLA compilation cache directory (default ~/.cache/specrag-jax/xla; 'none' = off)")
     p.add_argument("--log-level", default="warning")
@@ -105,7 +105,7 @@ def serve_main(args: argparse.Namespace) -> int:
     service = build_service(args)
     if args.warmup != "none":
         print(f"specrag: compiling the engines' step shapes (--warmup {args.warmup}) ...", file=sys.stderr, flush=True)
-        for name, report in service.warmup(args.warmup, sampled=not args.warmup_greedy_only).items():
+        for name, report in service.warmup(args.warmup, sampled=args.warmup_sampling).items():
             print(f"specrag: {name}: {report['programs']} programs in {report['seconds']} s", file=sys.stderr,
                   flush=True)
     app = create_app(service)

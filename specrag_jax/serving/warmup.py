@@ -127,7 +127,7 @@ def check_map_budget(programs: int, limit_path: str = "/proc/sys/vm/max_map_coun
         raise SpecRagError(
             f"warming up {programs} programs needs about {need} memory mappings on the CPU backend "
             f"({used} in use) but vm.max_map_count is {limit}: raise it (sysctl -w vm.max_map_count=262144) "
-            f"or warm up less (--warmup decode, --warmup-greedy-only, a smaller --max-running / --max-seq-len)")
+            f"or warm up less (--warmup decode, no --warmup-sampling, a smaller --max-running or --max-seq-len)")
 
 
 def warmup(engine: "Engine", level: str = "full", sampled: bool = True, score: bool = True,
