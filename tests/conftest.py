@@ -2,9 +2,31 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Callable
 
+import jax
 import pytest
+
+MAP_HEADROOM = 30000  # memory mappings above which the compiled programs are dropped between tests
+
+
+@pytest.fixture(autouse=True)
+def _bounded_memory_mappings():
+    """Keep the session under Linux's default vm.max_map_count (65530).
+
+    Every XLA CPU program maps hundreds of memory regions and JAX keeps every program it compiled; late in a
+    whole-suite run 57k mappings were in use, and past the limit LLVM fails with "Cannot allocate memory".
+    After a test that leaves the count high, drop the compiled programs (they recompile on demand)."""
+    yield
+    try:
+        with open("/proc/self/maps") as f:
+            regions = sum(1 for _ in f)
+    except OSError:
+        return
+    if regions > MAP_HEADROOM:
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture(scope="session")

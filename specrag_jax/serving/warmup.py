@@ -106,7 +106,8 @@ def _run_shape(engine: "Engine", shape: StepShape) -> None:
 MAPS_PER_PROGRAM = 450
 
 
-def check_map_budget(programs: int, limit_path: str = "/proc/sys/vm/max_map_count", fraction: float = 0.8) -> None:
+def check_map_budget(programs: int, limit_path: str = "/proc/sys/vm/max_map_count",
+                     maps_path: str = "/proc/self/maps", fraction: float = 0.8) -> None:
     """On CPU, refuse a warm-up whose compiled programs would use up the process's memory mappings.
 
     XLA's CPU backend maps every compiled program's code in hundreds of regions; past Linux's
@@ -118,7 +119,7 @@ def check_map_budget(programs: int, limit_path: str = "/proc/sys/vm/max_map_coun
         return
     try:
         limit = int(Path(limit_path).read_text())
-        with open("/proc/self/maps") as f:
+        with open(maps_path) as f:
             used = sum(1 for _ in f)
     except (OSError, ValueError):
         return  # not Linux: no such limit to check

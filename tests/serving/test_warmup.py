@@ -68,8 +68,9 @@ def test_compile_cache_directory_errors_name_the_path(tmp_path):
 def test_map_budget_refuses_a_warmup_the_process_cannot_map(tmp_path):
     from specrag_jax.serving.warmup import check_map_budget
 
-    limit = tmp_path / "max_map_count"
+    limit, maps = tmp_path / "max_map_count", tmp_path / "maps"
     limit.write_text("65530\n")
-    check_map_budget(40, str(limit))  # the default decode warm-up of SmolLM2 (serve's defaults)
+    maps.write_text("region\n" * 2000)  # a freshly started server
+    check_map_budget(40, str(limit), str(maps))  # the default decode warm-up of both engines
     with pytest.raises(SpecRagError, match="vm.max_map_count is 65530"):
-        check_map_budget(60 + 105, str(limit))  # --warmup full of both real models: crashed this machine
+        check_map_budget(60 + 105, str(limit), str(maps))  # --warmup full of both real models: crashed here
