@@ -8,6 +8,8 @@ from typing import Callable
 import jax
 import pytest
 
+from specrag_jax.serving.warmup import memory_mappings
+
 MAP_HEADROOM = 30000  # memory mappings above which the compiled programs are dropped between tests
 
 
@@ -19,12 +21,8 @@ def _bounded_memory_mappings():
     whole-suite run 57k mappings were in use, and past the limit LLVM fails with "Cannot allocate memory".
     After a test that leaves the count high, drop the compiled programs (they recompile on demand)."""
     yield
-    try:
-        with open("/proc/self/maps") as f:
-            regions = sum(1 for _ in f)
-    except OSError:
-        return
-    if regions > MAP_HEADROOM:
+    regions = memory_mappings()
+    if regions is not None and regions > MAP_HEADROOM:
         jax.clear_caches()
         gc.collect()
 

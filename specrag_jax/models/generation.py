@@ -50,6 +50,17 @@ class _Seq:
     finish: str | None = None
 
 
+def next_phase_prompt(prompt: list[int], out: list[int], between: BetweenFn | None, phase: int, row: int,
+                      result: "GenerationResult") -> tuple[list[int], int]:
+    """A branch's prompt for its next phase (prompt + kept tokens + forced tokens) and how much of it already
+    has K/V in the pool: the old prompt and the kept tokens that were fed back (the last sampled one never is)."""
+    keep, forced = between(phase, row, result) if between else (len(out), [])
+    keep = max(0, min(int(keep), len(out)))
+    valid = len(prompt) + min(keep, max(len(out) - 1, 0))
+    new_prompt = prompt + out[:keep] + [int(t) for t in forced]
+    return new_prompt, min(valid, len(new_prompt) - 1)
+
+
 class Generator:
     """Generates continuations for a batch of token prompts with one ModelRunner."""
 
@@ -159,12 +170,7 @@ class Generator:
         """Cut each branch to its kept tokens, append the forced ones and grow its pages for the next phase."""
         ps = self.runner.page_size
         for row, (s, res) in enumerate(zip(seqs, results)):
-            keep, forced = between(phase, row, res) if between else (len(res.token_ids), [])
-            keep = max(0, min(int(keep), len(s.out)))
-            # K/V is valid for the old prompt and the kept tokens that were fed back (the last sampled one never is).
-            valid = len(s.prompt) + min(keep, max(len(s.out) - 1, 0))
-            s.prompt = s.prompt + s.out[:keep] + [int(t) for t in forced]
-            s.prefilled = min(valid, len(s.prompt) - 1)
+            s.prompt, s.prefilled = next_phase_prompt(s.prompt, s.out, between, phase, row, res)
             s.out, s.logprobs, s.finish = [], [], None
             self.check_prompt(s.prompt, max_new)
             extra = pages_needed(len(s.prompt) + max_new, ps) - len(s.pages)

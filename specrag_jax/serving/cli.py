@@ -97,7 +97,6 @@ def serve_main(args: argparse.Namespace) -> int:
     import uvicorn
 
     from specrag_jax.serving.app import create_app
-
     from specrag_jax.serving.warmup import default_compile_cache, enable_compile_cache
 
     if args.compile_cache != "none":

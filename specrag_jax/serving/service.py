@@ -62,12 +62,13 @@ class Service:
     def warmup(self, level: str = "full", sampled: bool = True) -> dict:
         """Compile every engine's step shapes before ``start()`` (``serving.warmup``); a report per engine.
         Only the verifier's engine scores trees, so only it compiles the scoring shapes."""
-        from specrag_jax.serving.warmup import check_map_budget, step_shapes
+        from specrag_jax.serving.warmup import check_map_budget, step_shapes, warmup
 
         scorer = self.engines["verifier"]
-        engines = self.unique_engines.items()
-        check_map_budget(sum(len(step_shapes(eng, level, sampled, score=eng is scorer)) for _, eng in engines))
-        return {name: eng.warmup(level, sampled, score=eng is scorer).as_dict() for name, eng in engines}
+        shapes = {name: step_shapes(eng, level, sampled, score=eng is scorer)
+                  for name, eng in self.unique_engines.items()}
+        check_map_budget(sum(len(s) for s in shapes.values()))
+        return {name: warmup(eng, shapes=shapes[name]).as_dict() for name, eng in self.unique_engines.items()}
 
     def start(self) -> "Service":
         for eng in self.unique_engines.values():

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from specrag_jax.models.generation import next_phase_prompt
 from specrag_jax.models.packing import Chunk, bucket
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.serving.policy import SchedulerConfig
@@ -191,23 +192,18 @@ class StepBuilder:
                 eng.runner.allocator.release(pages)
 
     def _next_phase(self, s: Seq, now: float) -> None:
-        """Move a branch that ended a phase to the next one, keeping its K/V (``Generator._next_phase``)."""
+        """Move a branch that ended a phase to the next one, keeping its K/V (``next_phase_prompt``)."""
         req = s.req
         result = self.engine.result_of(s)
-        keep, forced = req.between(s.phase, s.branch, result) if req.between else (len(s.out), [])
-        keep = max(0, min(int(keep), len(s.out)))
-        forced = [int(t) for t in forced]
-        grown = len(s.prompt) + keep + len(forced) - len(s.req.prefix) - len(s.req.suffixes[s.branch])
+        prompt, prefilled = next_phase_prompt(s.prompt, s.out, req.between, s.phase, s.branch, result)
+        grown = len(prompt) - len(req.prefix) - len(req.suffixes[s.branch])
         budget = sum(ph.max_new_tokens for ph in req.phases[: s.phase + 1]) + req.max_forced_tokens
         if grown > budget:
-            raise PhaseError(f"phase {s.phase} of branch {s.branch} forces {len(forced)} tokens; the request "
+            raise PhaseError(f"phase {s.phase} of branch {s.branch} grows its prompt by {grown} tokens; the request "
                              f"reserved {req.max_forced_tokens} forced tokens")
-        # K/V is valid for the prompt and the kept tokens that were fed back (the last sampled one never is).
-        valid = len(s.prompt) + min(keep, max(len(s.out) - 1, 0))
+        self.engine._checker.check_prompt(prompt, req.phases[s.phase + 1].max_new_tokens)
         s.phase_results.append(result)
-        s.prompt = s.prompt + s.out[:keep] + forced
-        self.engine._checker.check_prompt(s.prompt, req.phases[s.phase + 1].max_new_tokens)
-        s.prefilled = min(valid, len(s.prompt) - 1)
+        s.prompt, s.prefilled = prompt, prefilled
         s.out, s.logprobs, s.finish = [], [], None
         s.phase += 1
         s.phase_started_at = now

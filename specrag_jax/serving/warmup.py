@@ -106,6 +106,15 @@ def _run_shape(engine: "Engine", shape: StepShape) -> None:
 MAPS_PER_PROGRAM = 450
 
 
+def memory_mappings(maps_path: str = "/proc/self/maps") -> int | None:
+    """Memory regions this process maps (Linux), or None where that cannot be read."""
+    try:
+        with open(maps_path) as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
 def check_map_budget(programs: int, limit_path: str = "/proc/sys/vm/max_map_count",
                      maps_path: str = "/proc/self/maps", fraction: float = 0.8) -> None:
     """On CPU, refuse a warm-up whose compiled programs would use up the process's memory mappings.
@@ -119,10 +128,11 @@ def check_map_budget(programs: int, limit_path: str = "/proc/sys/vm/max_map_coun
         return
     try:
         limit = int(Path(limit_path).read_text())
-        with open(maps_path) as f:
-            used = sum(1 for _ in f)
     except (OSError, ValueError):
         return  # not Linux: no such limit to check
+    used = memory_mappings(maps_path)
+    if used is None:
+        return
     need = programs * MAPS_PER_PROGRAM
     if used + need > fraction * limit:
         raise SpecRagError(
