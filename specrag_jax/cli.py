@@ -9,6 +9,11 @@ from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.registry import DEFAULT_MODEL, KNOWN_MODELS
+from specrag_jax.progress import NO_PROGRESS, Progress, StderrProgress, quiet_library_logs, stage
+
+
+def _add_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true", help="no stage progress on stderr")
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +33,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attention-impl", default="reference")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the converted-weights cache")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_quiet(p)
     from specrag_jax.parallel.cli import add_mesh_arguments
 
     add_mesh_arguments(p, groups=False)
@@ -45,10 +51,23 @@ def _generate(args: argparse.Namespace) -> int:
     from specrag_jax.parallel.cli import placement_from_args
 
     placement = placement_from_args(args)  # before loading: a bad --mesh fails fast
-    model = TextModel.load(args.model, dtype=args.dtype, max_seq_len=args.max_seq_len, max_batch=1,
-                           attention_impl=args.attention_impl, cache=not args.no_cache, placement=placement)
-    result = model.generate([args.prompt], sampling, args.max_new_tokens, args.stop, chat=args.chat)[0]
+    progress: Progress = args.progress
+    with stage(progress, f"loading {args.model}"):
+        model = TextModel.load(args.model, dtype=args.dtype, max_seq_len=args.max_seq_len, max_batch=1,
+                               attention_impl=args.attention_impl, cache=not args.no_cache, placement=placement)
+        # bad input (a prompt too long) fails here, so its one error line is all that stderr shows
+        model.generator.check_prompt(model.encode_prompt(args.prompt, args.chat), args.max_new_tokens)
+    from specrag_jax.compile_time import CompileClock
+
+    progress.start("generation")
+    with CompileClock() as clock:
+        result = model.generate([args.prompt], sampling, args.max_new_tokens, args.stop, chat=args.chat)[0]
     n_decode = max(len(result.token_ids) - 1, 0)  # the first token comes from prefill
+    rate = n_decode / result.decode_s if result.decode_s > 0 else 0.0
+    progress.end("generation", result.prefill_s + result.decode_s,
+                 f"{result.num_prompt_tokens} prompt + {len(result.token_ids)} new tokens, prefill "
+                 f"{result.prefill_s:.2f} s, decode {result.decode_s:.2f} s ({rate:.1f} tok/s), in all")
+    progress.note(f"  of which {clock.stats.summary()}")
     if args.json:
         print(json.dumps({
             "model": args.model,
@@ -61,7 +80,7 @@ def _generate(args: argparse.Namespace) -> int:
                 "load_s": round(model.load_s, 4),
                 "prefill_s": round(result.prefill_s, 4),
                 "decode_s": round(result.decode_s, 4),
-                "decode_tokens_per_s": round(n_decode / result.decode_s, 3) if result.decode_s > 0 else 0.0,
+                "decode_tokens_per_s": round(rate, 3),
             },
         }))
     else:
@@ -83,6 +102,7 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fallback", default="standard", choices=["standard", "unanswerable"])
     p.add_argument("--no-consensus", action="store_true", help="always verify, even when all drafts agree")
     p.add_argument("--seed", type=int, default=0)
+    _add_quiet(p)
     from specrag_jax.parallel.cli import add_mesh_arguments
 
     add_mesh_arguments(p)
@@ -94,8 +114,14 @@ def _build_rag(args: argparse.Namespace, corpus, config):
     from specrag_jax.pipeline.factory import build_specrag
 
     placements = placements_from_args(args)
-    return build_specrag(args.drafter, args.verifier, corpus, config, drafter_placement=placements.drafter,
-                         verifier_placement=placements.verifier)
+    progress: Progress = args.progress
+    with stage(progress, "loading") as detail:
+        rag = build_specrag(args.drafter, args.verifier, corpus, config, drafter_placement=placements.drafter,
+                            verifier_placement=placements.verifier)
+        detail.append(f"drafter {args.drafter} {getattr(rag.drafter, 'load_s', 0.0):.1f} s, verifier "
+                      f"{args.verifier} {getattr(rag.verifier, 'load_s', 0.0):.1f} s, BM25 index over "
+                      f"{corpus or 'the built-in corpus'}; in all")
+    return rag
 
 
 def _rag_config(args: argparse.Namespace):
@@ -121,8 +147,13 @@ def _add_ask(sub: argparse._SubParsersAction) -> None:
 def _ask(args: argparse.Namespace) -> int:
     if not args.question.strip():
         raise SpecRagError("empty question")
+    from specrag_jax.compile_time import CompileClock
+
     rag = _build_rag(args, args.corpus, _rag_config(args))
-    result = rag.answer(args.question, None, args.method)
+    rag.progress = args.progress
+    with CompileClock() as clock:
+        result = rag.answer(args.question, None, args.method)
+    args.progress.note(f"answer in {result.trace.get('total_s', 0.0):.2f} s, of which {clock.stats.summary()}")
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
@@ -154,7 +185,7 @@ def _eval(args: argparse.Namespace) -> int:
     methods = [m for m in args.methods.split(",") if m]
     config = _rag_config(args)
     rag = _build_rag(args, None, config)
-    results = evaluate(rag, rows, methods, progress=not args.json)
+    results = evaluate(rag, rows, methods, progress=not (args.json or args.quiet))
     predictions = results.pop("predictions")
     results["config"] = {"data": args.data, "limit": args.limit, "drafter": args.drafter,
                          "verifier": args.verifier, "n_docs": config.n_docs, "m": config.m, "k": config.k,
@@ -186,7 +217,8 @@ def enable_compilation_cache() -> None:
 
     root = Path(os.environ.get("SPECRAG_CACHE_DIR", Path.home() / ".cache" / "specrag_jax"))
     jax.config.update("jax_compilation_cache_dir", str(root / "xla"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    # Every program, however small: a new process then only traces and lowers (see compile_time.py).
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -199,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     add_serve_parser(sub)
     args = parser.parse_args(argv)
+    args.progress = NO_PROGRESS if getattr(args, "quiet", True) else StderrProgress()
+    quiet_library_logs()
     try:
         enable_compilation_cache()
         if args.command == "generate":
@@ -210,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             return args.serve_main(args)
     except SpecRagError as exc:
+        args.progress.fail("")
         print(f"specrag: error: {exc}", file=sys.stderr)
         return 2
     return 1

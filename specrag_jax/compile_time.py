@@ -2,49 +2,109 @@
 
 Latency numbers in ``specrag eval`` and the benchmarks are reported without XLA compilation (a serving engine
 compiles its shapes once, at warm-up); ``CompileClock`` measures what to subtract, and it is reported too.
+
+The total has three parts a program pays once per process: tracing to a jaxpr, lowering to MLIR, and the
+backend step. A persistent-cache hit turns the backend step into loading the stored executable
+(``cache_load_s``); tracing and lowering are paid in every new process, cache or not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import jax
 
-_EVENTS = (
-    "/jax/core/compile/jaxpr_trace_duration",
-    "/jax/core/compile/jaxpr_to_mlir_module_duration",
-    "/jax/core/compile/backend_compile_duration",
-)
+_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+_BACKEND = "/jax/core/compile/backend_compile_duration"
+_CACHE_LOAD = "/jax/compilation_cache/cache_retrieval_time_sec"
+_REQUESTS = "/jax/compilation_cache/compile_requests_use_cache"
+_HITS = "/jax/compilation_cache/cache_hits"
+_DURATIONS = {_TRACE: "trace_s", _LOWER: "lower_s", _BACKEND: "backend_s", _CACHE_LOAD: "cache_load_s"}
+_COUNTS = {_BACKEND: "programs", _HITS: "cache_hits"}
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileStats:
+    """Totals of the compilation events: seconds per phase, programs built and persistent-cache hits."""
+
+    trace_s: float = 0.0
+    lower_s: float = 0.0
+    backend_s: float = 0.0  # XLA compile, or the cache load on a hit
+    cache_load_s: float = 0.0
+    programs: int = 0
+    cache_hits: int = 0
+
+    @property
+    def total_s(self) -> float:
+        return self.trace_s + self.lower_s + self.backend_s
+
+    @property
+    def xla_compile_s(self) -> float:
+        """Backend time spent compiling (cache misses only)."""
+        return max(self.backend_s - self.cache_load_s, 0.0)
+
+    def __sub__(self, other: "CompileStats") -> "CompileStats":
+        return CompileStats(*(getattr(self, f.name) - getattr(other, f.name) for f in dataclasses.fields(self)))
+
+    def summary(self) -> str:
+        """One line: ``XLA 1.6 s once (trace 0.9, lower 0.2, compile 0.0, cache load 0.6; 14/14 cached)``."""
+        return (f"XLA {self.total_s:.1f} s once (trace {self.trace_s:.1f}, lower {self.lower_s:.1f}, "
+                f"compile {self.xla_compile_s:.1f}, cache load {self.cache_load_s:.1f}; "
+                f"{self.cache_hits}/{self.programs} programs from the disk cache)")
+
+
 _lock = threading.Lock()
-_total = [0.0]
+_totals = {name: 0.0 for name in (*_DURATIONS.values(), *_COUNTS.values())}
 _installed = [False]
 
 
-def _listener(event: str, duration_secs: float, **_kwargs) -> None:
-    if event in _EVENTS:
+def _on_duration(event: str, duration_secs: float, **_kwargs) -> None:
+    if event in _DURATIONS or event in _COUNTS:
         with _lock:
-            _total[0] += float(duration_secs)
+            if event in _DURATIONS:
+                _totals[_DURATIONS[event]] += float(duration_secs)
+            if event in _COUNTS:
+                _totals[_COUNTS[event]] += 1
+
+
+def _on_event(event: str, **_kwargs) -> None:
+    if event in _COUNTS:
+        with _lock:
+            _totals[_COUNTS[event]] += 1
+
+
+def compile_stats() -> CompileStats:
+    """Totals since the first call of this function (or of ``compile_seconds``) in this process."""
+    with _lock:
+        if not _installed[0]:
+            jax.monitoring.register_event_duration_secs_listener(_on_duration)
+            jax.monitoring.register_event_listener(_on_event)
+            _installed[0] = True
+        t = dict(_totals)
+    return CompileStats(t["trace_s"], t["lower_s"], t["backend_s"], t["cache_load_s"], int(t["programs"]),
+                        int(t["cache_hits"]))
 
 
 def compile_seconds() -> float:
     """Seconds this process has spent tracing, lowering and compiling since the first call."""
-    with _lock:
-        if not _installed[0]:
-            jax.monitoring.register_event_duration_secs_listener(_listener)
-            _installed[0] = True
-        return _total[0]
+    return compile_stats().total_s
 
 
 class CompileClock:
-    """``with CompileClock() as c: ...`` then ``c.seconds`` is the compilation time spent inside the block."""
+    """``with CompileClock() as c: ...`` then ``c.seconds`` is the compilation time spent inside the block
+    and ``c.stats`` its ``CompileStats``."""
 
     def __enter__(self) -> "CompileClock":
-        self._start = compile_seconds()
+        self._start = compile_stats()
         self.seconds = 0.0
+        self.stats = CompileStats()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.seconds = compile_seconds() - self._start
+        self.stats = compile_stats() - self._start
+        self.seconds = self.stats.total_s
 
 
-__all__ = ["CompileClock", "compile_seconds"]
+__all__ = ["CompileClock", "CompileStats", "compile_seconds", "compile_stats"]

@@ -22,6 +22,7 @@ from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
 from specrag_jax.pipeline.prompts import closed_book_prompt, first_line, standard_rag_prompt
 from specrag_jax.pipeline.selection import ScoreOptions, best, confidence, consensus, score_drafts
 from specrag_jax.pipeline.verification import verify_drafts
+from specrag_jax.progress import NO_PROGRESS, Progress
 
 METHODS = ("speculative", "standard", "closed_book", "drafter_only", "random_draft")
 SubsetFn = Callable[[str, list[dict], int, int, int], tuple[list[list[int]], dict]]
@@ -75,8 +76,10 @@ class SpecRAG:
     """Speculative RAG with a drafter and a verifier (TextModels), plus the baselines."""
 
     def __init__(self, drafter: TextModel, verifier: TextModel, *, subsets: SubsetFn,
-                 search: SearchFn | None = None, config: RAGConfig | None = None) -> None:
+                 search: SearchFn | None = None, config: RAGConfig | None = None,
+                 progress: Progress | None = None) -> None:
         self.drafter, self.verifier = drafter, verifier
+        self.progress = progress or NO_PROGRESS  # stage callbacks (specrag_jax.progress); silent by default
         self.subsets_fn, self.search = subsets, search
         self.config = config or RAGConfig()
         self.config.check()
@@ -100,23 +103,31 @@ class SpecRAG:
             raise SpecRagError(f"unknown method {(unknown or [''])[0]!r}; choose one of {', '.join(METHODS)}")
         out: dict[str, RAGAnswer] = {}
         if "closed_book" in methods:
+            self.progress.start("closed-book answer")
             with CompileClock() as clock:
                 t0 = time.perf_counter()
                 trace: dict[str, Any] = {"notes": [], "retrieval_s": 0.0}
                 out["closed_book"] = self._generate_answer(question, [], "closed_book", trace, t0)
             trace["compile_s"] = clock.seconds
+            self._report_answer("closed-book answer", trace)
         rest = [m for m in methods if m != "closed_book"]
         if not rest:
             return out
+        given = docs is not None
+        self.progress.start("retrieval")
         with CompileClock() as clock:
             t0 = time.perf_counter()
             shared: dict[str, Any] = {"notes": []}
             docs = self._documents(question, docs, shared["notes"])
             shared["retrieval_s"] = time.perf_counter() - t0
         shared["compile_s"] = clock.seconds
+        self.progress.end("retrieval", shared["retrieval_s"],
+                          f"{len(docs)} {'given' if given else 'retrieved'} passages")
         if "standard" in rest:
+            self.progress.start("standard RAG answer")
             out["standard"] = self._timed(lambda tr, t: self._generate_answer(question, docs, "standard", tr, t),
                                           shared, t0)
+            self._report_answer("standard RAG answer", out["standard"].trace)
         drafting = [m for m in rest if m != "standard"]
         if drafting:
             with CompileClock() as clock:
@@ -131,6 +142,10 @@ class SpecRAG:
         return {m: out[m] for m in methods}
 
     # ------------------------------------------------------------------ stages
+    def _report_answer(self, stage: str, trace: dict) -> None:
+        self.progress.end(stage, trace.get("generation_s", 0.0), f"{trace.get('verifier_prefill_tokens', 0)} prompt"
+                          f" + {trace.get('verifier_decode_tokens', 0)} new tokens")
+
     def _timed(self, fn: Callable[[dict, float], RAGAnswer], shared: dict, t0: float) -> RAGAnswer:
         """Run one method's own stage on a copy of the shared trace; its compile time is added to the trace."""
         trace = copy.deepcopy(shared)
@@ -163,13 +178,20 @@ class SpecRAG:
     def _draft(self, question: str, docs: list[dict], trace: dict) -> list[Draft]:
         cfg = self.config
         t = time.perf_counter()
+        self.progress.start("clustering")
         subsets, info = self.subsets_fn(question, docs, cfg.k, cfg.m, cfg.seed)
         trace.update(clustering_s=time.perf_counter() - t, num_subsets=len(subsets), **info)
+        self.progress.end("clustering", trace["clustering_s"], f"{len(docs)} docs -> k={info.get('clusters', cfg.k)}"
+                          f" clusters, {len(subsets)} subsets")
+        self.progress.start("drafting")
         drafts, stats = write_drafts(self.drafter, question, [[docs[i] for i in s] for s in subsets],
                                      max_rationale_tokens=cfg.max_draft_tokens,
                                      max_answer_tokens=cfg.max_answer_tokens)
         trace.update(stats)
         trace["parsed_drafts"] = sum(d.parsed for d in drafts)
+        self.progress.end("drafting", stats.get("drafting_s", 0.0), f"{len(drafts)} drafts ({trace['parsed_drafts']} "
+                          f"parsed), {stats.get('drafter_prefill_tokens', 0)} prompt + "
+                          f"{stats.get('drafter_decode_tokens', 0)} new tokens")
         return drafts
 
     def _select(self, question: str, docs: list[dict], method: str, drafts: list[Draft], trace: dict,
@@ -182,16 +204,21 @@ class SpecRAG:
             chosen = best(drafts)
         elif cfg.consensus and consensus(drafts):
             trace["consensus"] = True
+            self.progress.note("verification: skipped, all drafts agree")
             score_drafts(drafts, ScoreOptions(cfg.scores.normalize, ("draft",), cfg.scores.sr))
             chosen = best(drafts)
         else:
+            self.progress.start("verification")
             trace.update(verify_drafts(self.verifier, question, drafts))
+            self.progress.end("verification", trace.get("verification_s", 0.0),
+                              f"{len(drafts)} drafts, {trace.get('verifier_tree_tokens', 0)} tree tokens")
             score_drafts(drafts, cfg.scores)
             chosen = best(drafts)
             conf = confidence(chosen)
             trace["confidence"] = conf
             if cfg.tau_min is not None and conf < cfg.tau_min:
                 trace["fallback"] = cfg.fallback
+                self.progress.note(f"confidence {conf:.2f} < tau_min {cfg.tau_min}: {cfg.fallback} fallback")
                 if cfg.fallback == "standard":
                     fb = self._generate_answer(question, docs, method, trace, t0)
                     fb.drafts = drafts

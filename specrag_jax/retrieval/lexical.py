@@ -13,6 +13,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Sequence
 
 import numpy as np
@@ -21,13 +22,22 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.retrieval.corpus import Document, doc_text, read_jsonl, write_jsonl
 from specrag_jax.retrieval.store import atomic_write_dir, resolve_index_dir
 
-# bm25s sets its logger to DEBUG; keep its progress chatter off the user's stderr.
-logging.getLogger("bm25s").setLevel(logging.WARNING)
-
 KIND = "bm25"
 DOCS_NAME = "docs.jsonl"
 BM25_DIR = "bm25"
 STOPWORDS = ("en", None)
+
+
+def _bm25s() -> ModuleType:
+    """The bm25s module, with its logger quieted.
+
+    Importing bm25s sets its logger to DEBUG, so the level must be set after the (lazy) import: before,
+    it is overwritten, and once any root handler exists (``absl.logging`` installs one on orbax's import)
+    ``DEBUG:bm25s:Building index from tokens`` reaches stderr."""
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
 
 
 def s_stem(word: str) -> str:
@@ -47,8 +57,7 @@ def _stem_all(words: list[str]) -> list[str]:
 
 def tokenize(texts: Sequence[str], stopwords: str | None = "en") -> list[list[str]]:
     """Index/query tokens of each text (see the module docstring)."""
-    import bm25s
-
+    bm25s = _bm25s()
     if stopwords not in STOPWORDS:
         raise SpecRagError(f"unknown stop-word list {stopwords!r}; choose one of {STOPWORDS}")
     return bm25s.tokenize(list(texts), stopwords=stopwords or [], stemmer=_stem_all, return_ids=False,
@@ -75,8 +84,7 @@ class LexicalIndex:
     @classmethod
     def build(cls, docs: Sequence[Document], *, k1: float = 1.5, b: float = 0.75,
               stopwords: str | None = "en") -> "LexicalIndex":
-        import bm25s
-
+        bm25s = _bm25s()
         docs = list(docs)
         if not docs:
             raise SpecRagError("cannot build a BM25 index over an empty corpus")
@@ -115,8 +123,7 @@ class LexicalIndex:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "LexicalIndex":
-        import bm25s
-
+        bm25s = _bm25s()
         root, meta = resolve_index_dir(path, KIND)
         docs = read_jsonl(root / DOCS_NAME, keep_empty=True)
         try:
