@@ -257,6 +257,29 @@ def git_state() -> dict[str, Any]:
             "changed_files": [line[3:] for line in git("status", "--porcelain").splitlines()]}
 
 
+def portable(value: Any) -> Any:
+    """``value`` with this machine's absolute paths made portable, recursively: the checkout becomes
+    repo-relative ("benchmarks/results/x.json", "." for the root), its sibling shared/ folder "../shared/...",
+    the home folder "~" and the temporary folder "$TMPDIR"."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(v) for v in value]
+    if not isinstance(value, str) or "/" not in value:
+        return value
+    import tempfile
+
+    roots = [(str(REPO_ROOT) + "/", ""), (str(REPO_ROOT.parent) + "/", "../"), (str(Path.home()) + "/", "~/"),
+             (str(Path(tempfile.gettempdir())) + "/", "$TMPDIR/")]
+    if value == str(REPO_ROOT):
+        return "."
+    for root, short in roots:
+        value = value.replace(" " + root, " " + short).replace("=" + root, "=" + short)
+        if value.startswith(root):
+            value = short + value[len(root):]
+    return value
+
+
 def run_header() -> dict[str, Any]:
     """Command, timestamp, machine and versions: the fields every results file starts with."""
     return {
@@ -270,8 +293,8 @@ def run_header() -> dict[str, Any]:
 
 
 def write_results(path: str | Path, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` as indented JSON (creating the folder); returns the path."""
+    """Write ``payload`` as indented JSON with portable paths (creating the folder); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    path.write_text(json.dumps(portable(payload), indent=2) + "\n")
     return path

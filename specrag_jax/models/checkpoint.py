@@ -1,10 +1,12 @@
-"""Orbax save/restore of converted parameters, and an on-disk cache of converted models.
+"""An on-disk cache of converted models: one safetensors file per model and dtype, read memory-mapped.
 
-A cache entry is a directory ``<cache_dir>/<stem>-<dtype>-<hash>/`` holding ``params/`` (an Orbax
-``StandardCheckpointer`` checkpoint), ``config.json`` (the ``ModelConfig``), ``key.json`` (what the
+A cache entry is a directory ``<cache_dir>/<stem>-<dtype>-<hash>/`` holding ``params/model.safetensors``
+(the parameter tree, see ``param_file``), ``config.json`` (the ``ModelConfig``), ``key.json`` (what the
 entry was built from) and ``files.json`` (every file under ``params/`` with its size). Entries are
 built in a temporary sibling directory and renamed into place, so a reader never sees half of
-one; an entry whose file list, config or arrays do not check out is deleted and rebuilt.
+one; an entry whose file list, config or arrays do not check out is deleted and rebuilt. (Until
+CACHE_FORMAT 2 this was an orbax checkpoint; restoring Qwen2.5-1.5B's 6.2 GB took 27 s that way, 2 s
+memory-mapped.)
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import jax
-import orbax.checkpoint as ocp
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig, param_shapes
+from specrag_jax.models.param_file import load_tree, save_tree
 
-CACHE_FORMAT = 1  # bump when the conversion changes, so old entries are not reused
+CACHE_FORMAT = 2  # bump when the conversion changes, so old entries are not reused
 CACHE_ENV = "SPECRAG_CACHE_DIR"
 DTYPES = ("float32", "bfloat16")
+PARAMS_FILE = "model.safetensors"
 
 
 def default_cache_dir() -> Path:
@@ -47,26 +50,17 @@ def config_from_json(text: str) -> ModelConfig:
 
 
 def save_params(directory: str | Path, params: dict[str, Any]) -> None:
-    """Write ``params`` (jax arrays) as an Orbax checkpoint at ``directory`` (must not exist)."""
-    with ocp.StandardCheckpointer() as ckptr:
-        ckptr.save(Path(directory).absolute(), params)
-        ckptr.wait_until_finished()
-
-
-def abstract_params(cfg: ModelConfig, dtype: str) -> dict[str, Any]:
-    """``param_shapes(cfg)`` as ``jax.ShapeDtypeStruct`` leaves on the default device."""
-    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    return jax.tree.map(
-        lambda shape: jax.ShapeDtypeStruct(tuple(shape), jax.numpy.dtype(dtype), sharding=sharding),
-        param_shapes(cfg),
-        is_leaf=lambda x: isinstance(x, tuple),
-    )
+    """Write ``params`` (jax or numpy arrays) as ``directory/model.safetensors`` (``directory`` must not exist)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True)
+    save_tree(directory / PARAMS_FILE, params)
 
 
 def restore_params(directory: str | Path, cfg: ModelConfig, dtype: str) -> dict[str, Any]:
-    """Restore an Orbax checkpoint into exactly the tree (shapes and dtype) ``cfg`` needs."""
-    with ocp.StandardCheckpointer() as ckptr:
-        return ckptr.restore(Path(directory).absolute(), abstract_params(cfg, dtype))
+    """Memory-map the saved tree; it must hold exactly the shapes and dtype ``cfg`` needs."""
+    expected = jax.tree.map(lambda shape: (tuple(shape), jax.numpy.dtype(dtype)), param_shapes(cfg),
+                            is_leaf=lambda x: isinstance(x, tuple))
+    return load_tree(Path(directory) / PARAMS_FILE, expected)
 
 
 def source_fingerprint(source: Path) -> list[list[Any]]:

@@ -1,4 +1,4 @@
-"""Model configuration for the decoder families we serve (Gemma 3 and Llama).
+"""Model configuration for the decoder families we serve (Gemma 3, Llama and Qwen2).
 
 Parameter tree (Linen, layers stacked on a leading axis of size ``num_layers``)::
 
@@ -7,8 +7,8 @@ Parameter tree (Linen, layers stacked on a leading axis of size ``num_layers``):
       "layers": {
         "attn_norm":      {"scale": [L, hidden]},
         "attn": {
-          "q": {"kernel": [L, hidden, num_heads * head_dim]},
-          "k": {"kernel": [L, hidden, num_kv_heads * head_dim]},
+          "q": {"kernel": [L, hidden, num_heads * head_dim]},     # + "bias": [L, num_heads * head_dim]
+          "k": {"kernel": [L, hidden, num_kv_heads * head_dim]},  #   with attention_bias (Qwen2)
           "v": {"kernel": [L, hidden, num_kv_heads * head_dim]},
           "o": {"kernel": [L, num_heads * head_dim, hidden]},
           "q_norm": {"scale": [L, head_dim]},      # qk_norm only (Gemma 3)
@@ -39,7 +39,7 @@ from typing import Any
 
 from specrag_jax.errors import SpecRagError
 
-SUPPORTED_ARCHITECTURES = ("gemma3", "llama")
+SUPPORTED_ARCHITECTURES = ("gemma3", "llama", "qwen2")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +64,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     embed_scale: bool = False
     qk_norm: bool = False
+    attention_bias: bool = False  # biases on the q/k/v projections (Qwen2); o has none
     sandwich_norm: bool = False
     activation: str = "silu"
     attn_logit_softcap: float | None = None
@@ -134,6 +135,9 @@ ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
         sliding_window_pattern=0,
     ),
 }
+# Qwen2 / Qwen2.5: Llama's block with biases on q/k/v (not o), rotate-half ("NEOX") RoPE as stored
+# (llama.cpp does not permute qwen2's Q/K rows). Its sliding window is off in every released config.
+ARCH_DEFAULTS["qwen2"] = dict(ARCH_DEFAULTS["llama"], attention_bias=True)
 
 
 def tiny_config(arch: str = "llama", **overrides: Any) -> ModelConfig:
@@ -168,6 +172,10 @@ def param_shapes(cfg: ModelConfig) -> dict[str, Any]:
         "v": {"kernel": (L, H, cfg.num_kv_heads * D)},
         "o": {"kernel": (L, cfg.num_heads * D, H)},
     }
+    if cfg.attention_bias:
+        attn["q"]["bias"] = (L, cfg.num_heads * D)
+        attn["k"]["bias"] = (L, cfg.num_kv_heads * D)
+        attn["v"]["bias"] = (L, cfg.num_kv_heads * D)
     if cfg.qk_norm:
         attn["q_norm"] = {"scale": (L, D)}
         attn["k_norm"] = {"scale": (L, D)}

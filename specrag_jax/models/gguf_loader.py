@@ -4,6 +4,7 @@ Tensors are dequantised with ``gguf.quants.dequantize`` and mapped into the stac
 ``param_shapes(cfg)``: GGML stores matrices as ``[out, in]`` rows, our kernels are ``[in, out]``.
 Llama-architecture files have Q/K rows permuted by llama.cpp for its interleaved RoPE; we undo
 that (as transformers' ``reverse_permute_weights`` does) so the model can use rotate-half RoPE.
+Qwen2 files are not permuted (llama.cpp runs qwen2 with NEOX, i.e. rotate-half, RoPE).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.tree_paths import flatten_tree, unflatten
 from specrag_jax.models.config import ARCH_DEFAULTS, SUPPORTED_ARCHITECTURES, ModelConfig, param_shapes
 
 Q = GGMLQuantizationType
@@ -34,6 +36,9 @@ GGUF_NAMES: dict[str, str] = {
     "layers/attn/q/kernel": "blk.{i}.attn_q.weight",
     "layers/attn/k/kernel": "blk.{i}.attn_k.weight",
     "layers/attn/v/kernel": "blk.{i}.attn_v.weight",
+    "layers/attn/q/bias": "blk.{i}.attn_q.bias",
+    "layers/attn/k/bias": "blk.{i}.attn_k.bias",
+    "layers/attn/v/bias": "blk.{i}.attn_v.bias",
     "layers/attn/o/kernel": "blk.{i}.attn_output.weight",
     "layers/attn/q_norm/scale": "blk.{i}.attn_q_norm.weight",
     "layers/attn/k_norm/scale": "blk.{i}.attn_k_norm.weight",
@@ -46,28 +51,9 @@ GGUF_NAMES: dict[str, str] = {
 }
 
 
-def flatten_shapes(tree: Mapping[str, Any], prefix: str = "") -> dict[str, tuple[int, ...]]:
+def flatten_shapes(tree: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     """Flatten ``param_shapes(cfg)`` into ``{"layers/attn/q/kernel": shape}``."""
-    out: dict[str, tuple[int, ...]] = {}
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten_shapes(value, path + "/"))
-        else:
-            out[path] = tuple(value)
-    return out
-
-
-def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """Inverse of ``flatten_shapes`` for any leaf type."""
-    tree: dict[str, Any] = {}
-    for path, value in flat.items():
-        *parents, leaf = path.split("/")
-        node = tree
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return tree
+    return {path: tuple(shape) for path, shape in flatten_tree(tree, is_leaf=lambda x: isinstance(x, tuple)).items()}
 
 
 LeafFn = Callable[[np.ndarray], Any]

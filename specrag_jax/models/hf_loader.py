@@ -1,7 +1,7 @@
-"""Read a Hugging Face checkpoint directory (config.json + *.safetensors) for Llama and Gemma 3.
+"""Read a Hugging Face checkpoint directory (config.json + *.safetensors) for Llama, Qwen2 and Gemma 3.
 
-Supports ``LlamaForCausalLM`` (model_type "llama") and ``Gemma3ForCausalLM`` (model_type
-"gemma3_text", or "gemma3" with a ``text_config``). Shards listed in
+Supports ``LlamaForCausalLM`` (model_type "llama"), ``Qwen2ForCausalLM`` (model_type "qwen2": q/k/v
+biases) and ``Gemma3ForCausalLM`` (model_type "gemma3_text", or "gemma3" with a ``text_config``). Shards listed in
 ``model.safetensors.index.json`` are opened lazily, one tensor at a time. Hugging Face Gemma norms
 store ``w`` and apply ``1 + w``; we add the 1 so every norm scale is multiplicative.
 """
@@ -35,6 +35,13 @@ _COMMON = {
 # Our leaf -> HF name without the "model." prefix ("lm_head/kernel" is resolved separately).
 HF_NAMES: dict[str, dict[str, str]] = {
     "llama": {**_COMMON, "layers/mlp_norm/scale": "layers.{i}.post_attention_layernorm.weight"},
+    "qwen2": {
+        **_COMMON,
+        "layers/mlp_norm/scale": "layers.{i}.post_attention_layernorm.weight",
+        "layers/attn/q/bias": "layers.{i}.self_attn.q_proj.bias",
+        "layers/attn/k/bias": "layers.{i}.self_attn.k_proj.bias",
+        "layers/attn/v/bias": "layers.{i}.self_attn.v_proj.bias",
+    },
     "gemma3": {
         **_COMMON,
         "layers/attn/q_norm/scale": "layers.{i}.self_attn.q_norm.weight",
@@ -101,11 +108,14 @@ def hf_config_to_model_config(raw: dict[str, Any], name: str = "") -> ModelConfi
     if model_type == "gemma3":
         cfg = {**raw.get("text_config", {}), "tie_word_embeddings": raw.get("tie_word_embeddings", True)}
         model_type = "gemma3_text"
-    arch = {"llama": "llama", "gemma3_text": "gemma3"}.get(str(model_type))
+    arch = {"llama": "llama", "qwen2": "qwen2", "gemma3_text": "gemma3"}.get(str(model_type))
     if arch is None:
-        raise SpecRagError(f"unsupported Hugging Face model_type {model_type!r}; supported: llama, gemma3_text")
-    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
-        raise SpecRagError("attention/MLP biases are not supported")
+        raise SpecRagError(
+            f"unsupported Hugging Face model_type {model_type!r}; supported: llama, qwen2, gemma3_text")
+    if (cfg.get("attention_bias") and arch != "qwen2") or cfg.get("mlp_bias"):
+        raise SpecRagError(f"{model_type}: attention/MLP biases are not supported")
+    if arch == "qwen2" and cfg.get("use_sliding_window"):
+        raise SpecRagError("qwen2: use_sliding_window=true (sliding-window layers) is not supported")
     act = cfg.get("hidden_activation") or cfg.get("hidden_act") or ("gelu_pytorch_tanh" if arch == "gemma3" else "silu")
     if act not in _ACTIVATIONS:
         raise SpecRagError(f"unsupported activation {act!r}")

@@ -82,10 +82,11 @@ class PagedAttention(nn.Module):
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
         cfg = self.cfg
         t = x.shape[0]
-        dense = lambda n, name: nn.Dense(n, use_bias=False, dtype=self.dtype, name=name)  # noqa: E731
-        q = dense(cfg.num_heads * cfg.head_dim, "q")(x).reshape(t, cfg.num_heads, cfg.head_dim)
-        k = dense(cfg.num_kv_heads * cfg.head_dim, "k")(x).reshape(t, cfg.num_kv_heads, cfg.head_dim)
-        v = dense(cfg.num_kv_heads * cfg.head_dim, "v")(x).reshape(t, cfg.num_kv_heads, cfg.head_dim)
+        dense = lambda n, name, bias=False: nn.Dense(n, use_bias=bias, dtype=self.dtype, name=name)  # noqa: E731
+        qkv_bias = cfg.attention_bias
+        q = dense(cfg.num_heads * cfg.head_dim, "q", qkv_bias)(x).reshape(t, cfg.num_heads, cfg.head_dim)
+        k = dense(cfg.num_kv_heads * cfg.head_dim, "k", qkv_bias)(x).reshape(t, cfg.num_kv_heads, cfg.head_dim)
+        v = dense(cfg.num_kv_heads * cfg.head_dim, "v", qkv_bias)(x).reshape(t, cfg.num_kv_heads, cfg.head_dim)
         if cfg.qk_norm:
             q = RMSNorm(cfg.rms_norm_eps, name="q_norm")(q)
             k = RMSNorm(cfg.rms_norm_eps, name="k_norm")(k)

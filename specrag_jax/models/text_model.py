@@ -9,6 +9,7 @@ from typing import Sequence
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.generation import GenerationResult, Generator
 from specrag_jax.models.loading import load_model_params
+from specrag_jax.models.registry import instruction_tuned
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.tokenizer import Tokenizer, load_tokenizer
@@ -35,11 +36,13 @@ def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
 class TextModel:
     """Everything needed to turn prompts into text with one model."""
 
-    def __init__(self, name: str, runner: ModelRunner, tokenizer: Tokenizer, load_s: float = 0.0) -> None:
+    def __init__(self, name: str, runner: ModelRunner, tokenizer: Tokenizer, load_s: float = 0.0,
+                 instruct: bool = False) -> None:
         self.name = name
         self.runner = runner
         self.tokenizer = tokenizer
         self.load_s = load_s
+        self.instruct = instruct  # instruction-tuned: RAG prompts go through its chat template
         eos = set(tokenizer.eos_ids) | set(runner.cfg.eos_token_ids)
         self.generator = Generator(runner, sorted(eos))
 
@@ -57,7 +60,7 @@ class TextModel:
         cache: bool = True,
         placement=None,
     ) -> "TextModel":
-        """Load weights (GGUF or HF directory, cached via orbax) and the tokenizer.
+        """Load weights (GGUF or HF directory; converted params cached on disk, see checkpoint.py) and the tokenizer.
 
         ``placement``: optional ``specrag_jax.parallel.Placement`` to shard the model over a device mesh."""
         t0 = time.perf_counter()
@@ -68,7 +71,8 @@ class TextModel:
             num_pages = max_batch * -(-max_seq_len // page_size) + 1
         runner = ModelRunner(cfg, params, num_pages=num_pages, page_size=page_size, max_seq_len=max_seq_len,
                              attention_impl=attention_impl, placement=placement)
-        return cls(name_or_path, runner, tokenizer, time.perf_counter() - t0)
+        instruct = instruction_tuned(name_or_path, cfg.name) and bool(tokenizer.chat_template)
+        return cls(name_or_path, runner, tokenizer, time.perf_counter() - t0, instruct=instruct)
 
     def encode_prompt(self, prompt: str, chat: bool = False) -> list[int]:
         """Token ids of a prompt (optionally wrapped in the model's chat template); BOS per the tokenizer."""

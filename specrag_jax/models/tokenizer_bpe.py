@@ -1,10 +1,11 @@
-"""Byte-level BPE tokenizers (SmolLM2's), built with the `tokenizers` library from GGUF tokens + merges.
+"""Byte-level BPE tokenizers (SmolLM2's, Qwen2's), built with the `tokenizers` library from GGUF tokens + merges.
 
 The GGUF stores the vocabulary already spelled in GPT-2's byte alphabet and the merges as "a b"
 strings; what it does not store is the pre-tokenizer, only its name in `tokenizer.ggml.pre`. For
 "smollm" (like StarCoder's) that is: every digit on its own, then GPT-2's byte-level regex. This is
 what SmolLM2's tokenizer.json says (Sequence[Digits(individual_digits), ByteLevel(use_regex)]) and
-what llama.cpp runs for that pre-type ("\\p{N}", then the GPT-2 pattern).
+what llama.cpp runs for that pre-type ("\\p{N}", then the GPT-2 pattern). "qwen2" is Qwen2's
+tokenizer.json: NFC, then one regex split (Llama 3's with single digits), then byte-level spelling.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Regex, decoders, models, pre_tokenizers
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
 from specrag_jax.errors import SpecRagError
@@ -30,10 +31,20 @@ _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Qwen2's tokenizer.json: Llama 3's split with single digits (\p{N}), after an NFC normalizer.
+_QWEN2_SPLIT = _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
 def _byte_level() -> pre_tokenizers.PreTokenizer:
     return pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+
+
+def _split_then_bytes(pattern: str) -> pre_tokenizers.PreTokenizer:
+    """A regex split (matches kept as pieces), then byte-level spelling without GPT-2's own regex."""
+    return pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
 
 
 # tokenizer.ggml.pre -> the pre-tokenizer of the HF tokenizer.json that llama.cpp fingerprinted as it
@@ -42,11 +53,11 @@ PRE_TOKENIZERS = {
     "starcoder": lambda: pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), _byte_level()]),
     "gpt-2": _byte_level,
     "default": _byte_level,
-    "llama-bpe": lambda: pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ]),
+    "llama-bpe": lambda: _split_then_bytes(_LLAMA3_SPLIT),
+    "qwen2": lambda: _split_then_bytes(_QWEN2_SPLIT),
 }
+# Pre-types whose tokenizer.json also normalises the text to NFC first (Qwen2's does).
+NFC_PRE_TYPES = frozenset({"qwen2"})
 
 
 class HFTokenizersTokenizer(Tokenizer):
@@ -96,6 +107,8 @@ def bpe_from_gguf(meta: dict[str, Any]) -> HFTokenizersTokenizer:
         pairs.append((left, right))
     backend = HFTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
     backend.pre_tokenizer = PRE_TOKENIZERS[pre]()
+    if pre in NFC_PRE_TYPES:
+        backend.normalizer = normalizers.NFC()
     backend.decoder = decoders.ByteLevel()
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     special = {token: i for i, (token, kind) in enumerate(zip(tokens, types)) if kind == CONTROL}

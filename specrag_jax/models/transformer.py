@@ -1,8 +1,8 @@
-"""The Flax (Linen) decoder for Gemma 3 and Llama: packed tokens in, hidden states and KV pool out.
+"""The Flax (Linen) decoder for Gemma 3, Llama and Qwen2: packed tokens in, hidden states and KV pool out.
 
-Layers are stacked with ``nn.scan`` (one compiled layer body, fast compiles); the whole KV pool rides in
-the scan carry and each layer updates its slice in place. Logits are a separate, selective step
-(``logits_at``) so a 262k-entry vocabulary is only projected where needed.
+Layers are a Python loop over per-layer weights (see ``Decoder``); each layer reads and updates its own
+K/V pages in place. Logits are a separate, selective step (``logits_at``) so a 150k-262k-entry
+vocabulary is only projected where needed.
 """
 
 from __future__ import annotations

@@ -71,6 +71,8 @@ def leaf_logical_axes(path: tuple, ndim: int) -> tuple[str, ...]:
     keys = [_key(k) for k in path]
     module = keys[-2] if len(keys) >= 2 else keys[-1]
     axes = _LEAF_AXES.get(module, ("embed",))  # norms: one hidden-sized scale
+    if keys[-1] == "bias":  # a projection's bias follows its kernel's output axis
+        axes = axes[-1:]
     if ndim == len(axes) + 1:
         axes = ("layers",) + axes
     if ndim != len(axes):

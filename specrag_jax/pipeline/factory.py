@@ -7,7 +7,7 @@ from specrag_jax.pipeline.specrag import RAGConfig, SearchFn, SpecRAG, SubsetFn
 from specrag_jax.retrieval import Embedder, LexicalIndex, default_corpus, kmeans, load_corpus, sample_subsets
 
 DEFAULT_DRAFTER = "smollm2-135m-instruct"
-DEFAULT_VERIFIER = "gemma3-270m"
+DEFAULT_VERIFIER = "qwen2.5-coder-1.5b-instruct"
 
 
 def clustered_subsets(embedder: Embedder) -> SubsetFn:

@@ -19,9 +19,10 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
-from specrag_jax.pipeline.prompts import closed_book_prompt, first_line, standard_rag_prompt
+from specrag_jax.pipeline.prompts import first_line
 from specrag_jax.pipeline.selection import ScoreOptions, best, confidence, consensus, score_drafts
 from specrag_jax.pipeline.verification import verify_drafts
+from specrag_jax.pipeline.verifier_prompts import answer_prompt, encode_prompt_text, use_chat
 from specrag_jax.progress import NO_PROGRESS, Progress
 
 METHODS = ("speculative", "standard", "closed_book", "drafter_only", "random_draft")
@@ -42,6 +43,7 @@ class RAGConfig:
     fallback: str = "standard"  # or "unanswerable"
     consensus: bool = True
     seed: int = 0
+    verifier_prompt: str = "auto"  # "chat" | "plain" | "auto" (chat for an instruction-tuned verifier)
 
     def check(self) -> None:
         if self.n_docs < 1:
@@ -52,6 +54,7 @@ class RAGConfig:
             raise SpecRagError(f"k (number of clusters) must be >= 1 (got {self.k})")
         if self.fallback not in ("standard", "unanswerable"):
             raise SpecRagError(f"fallback must be 'standard' or 'unanswerable' (got {self.fallback!r})")
+        use_chat(self.verifier_prompt, False)  # validates the form
         if self.tau_min is not None and not 0.0 <= self.tau_min <= 1.0:
             raise SpecRagError(f"tau_min must be in [0, 1] (got {self.tau_min})")
 
@@ -141,6 +144,11 @@ class SpecRAG:
                                      shared, time.perf_counter() - spent)
         return {m: out[m] for m in methods}
 
+    @property
+    def _verifier_chat(self) -> bool:
+        """Whether the verifier's prompts go through its chat template (RAGConfig.verifier_prompt)."""
+        return use_chat(self.config.verifier_prompt, getattr(self.verifier, "instruct", False))
+
     # ------------------------------------------------------------------ stages
     def _report_answer(self, stage: str, trace: dict) -> None:
         self.progress.end(stage, trace.get("generation_s", 0.0), f"{trace.get('verifier_prefill_tokens', 0)} prompt"
@@ -167,9 +175,10 @@ class SpecRAG:
         return truncate_docs(self.drafter, docs[: cfg.n_docs], cfg.max_doc_tokens, notes)
 
     def _generate_answer(self, question: str, docs: list[dict], method: str, trace: dict, t0: float) -> RAGAnswer:
-        prompt = standard_rag_prompt(question, docs) if docs else closed_book_prompt(question)
+        prompt = answer_prompt(self.verifier.tokenizer, question, docs, self._verifier_chat)
         t = time.perf_counter()
-        [res] = self.verifier.generate([prompt], SamplingParams(), self.config.max_answer_tokens, stop=["\n"])
+        [res] = self.verifier.generate_ids([encode_prompt_text(self.verifier.tokenizer, prompt)], SamplingParams(),
+                                           self.config.max_answer_tokens, stop=["\n"])
         trace.update(generation_s=time.perf_counter() - t, verifier_prefill_tokens=res.num_prompt_tokens,
                      verifier_decode_tokens=len(res.token_ids))
         trace["total_s"] = time.perf_counter() - t0
@@ -209,7 +218,7 @@ class SpecRAG:
             chosen = best(drafts)
         else:
             self.progress.start("verification")
-            trace.update(verify_drafts(self.verifier, question, drafts))
+            trace.update(verify_drafts(self.verifier, question, drafts, chat=self._verifier_chat))
             self.progress.end("verification", trace.get("verification_s", 0.0),
                               f"{len(drafts)} drafts, {trace.get('verifier_tree_tokens', 0)} tree tokens")
             score_drafts(drafts, cfg.scores)

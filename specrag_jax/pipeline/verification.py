@@ -1,7 +1,8 @@
 """Single-pass verification: every draft's rho_SC and rho_SR from ONE verifier forward pass.
 
 The verifier prefix (instruction + question) is written once into KV pages. All m branches
-``[## Rationale: r_j, ## Response: a_j, reflection prompt, " Yes"]`` are packed into one tree chunk: each
+``[## Rationale: r_j, ## Response: a_j, reflection prompt, "Yes"]`` (plain text, or chat turns for an
+instruction-tuned verifier: see verifier_prompts) are packed into one tree chunk: each
 token sees the prefix and the earlier tokens of its own branch; positions restart at the prefix length.
 The branch K/V is not stored (the chunk is scored and dropped); the prefix pages are released afterwards.
 """
@@ -16,17 +17,18 @@ import numpy as np
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.drafting import Draft
-from specrag_jax.pipeline.prompts import RATIONALE_TAG, REFLECTION_PROMPT, RESPONSE_TAG, verifier_prefix
+from specrag_jax.pipeline.prompts import RATIONALE_TAG, RESPONSE_TAG
+from specrag_jax.pipeline.verifier_prompts import ScoringPrompt, encode_prompt_text, scoring_prompt
 
 
-def _branch(tok, draft: Draft) -> tuple[list[int], list[int], int]:
-    """Branch ids, indices of the rho_SC tokens, and the index of the " Yes" token."""
+def _branch(tok, draft: Draft, form: ScoringPrompt) -> tuple[list[int], list[int], int]:
+    """Branch ids, indices of the rho_SC tokens, and the index of the "Yes" token."""
     pieces = [
         (tok.encode(RATIONALE_TAG, add_bos=False), False),
         (tok.encode(" " + draft.rationale, add_bos=False), True),
         (tok.encode("\n" + RESPONSE_TAG, add_bos=False), False),
         (tok.encode(" " + draft.answer, add_bos=False), True),
-        (tok.encode("\n" + REFLECTION_PROMPT + "\nAnswer:", add_bos=False), False),
+        (tok.encode(form.after, add_bos=False), False),
     ]
     ids: list[int] = []
     scored: list[int] = []
@@ -35,21 +37,24 @@ def _branch(tok, draft: Draft) -> tuple[list[int], list[int], int]:
             scored.extend(range(len(ids), len(ids) + len(piece)))
         ids.extend(piece)
     yes_index = len(ids)
-    ids.append(tok.encode(" Yes", add_bos=False)[0])
+    ids.append(tok.encode(form.yes, add_bos=False)[0])
     return ids, scored, yes_index
 
 
-def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft]) -> dict:
-    """Fill ``sc_logprob``/``sc_tokens``/``sr_logprob``/``sr_no_logprob`` of every draft in one packed pass."""
+def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft], chat: bool = False) -> dict:
+    """Fill ``sc_logprob``/``sc_tokens``/``sr_logprob``/``sr_no_logprob`` of every draft in one packed pass.
+
+    ``chat``: the question, each draft and the reflection prompt as chat turns (see verifier_prompts)."""
     t0 = time.perf_counter()
     tok, runner = verifier.tokenizer, verifier.runner
-    prefix = tok.encode(verifier_prefix(question), add_bos=tok.add_bos_default)
-    no_id = tok.encode(" No", add_bos=False)[0]
+    form = scoring_prompt(tok, question, chat)
+    prefix = encode_prompt_text(tok, form.prefix)
+    no_id = tok.encode(form.no, add_bos=False)[0]
     tokens, parents, positions, rows, targets = [], [], [], [], []
     spans = []
     longest = 0
     for d in drafts:
-        ids, scored, yes_index = _branch(tok, d)
+        ids, scored, yes_index = _branch(tok, d, form)
         longest = max(longest, len(ids))
         start = len(tokens)
         for i, t in enumerate(ids):

@@ -118,5 +118,5 @@ class EngineTextModel(TextModel):
     """A loaded model whose generation and scoring go through a shared engine, for one request context."""
 
     def __init__(self, base: TextModel, engine: Engine, ctx: RequestContext, role: str = "") -> None:
-        super().__init__(base.name, base.runner, base.tokenizer, base.load_s)
+        super().__init__(base.name, base.runner, base.tokenizer, base.load_s, instruct=base.instruct)
         self.generator = EngineGenerator(engine, ctx, role or engine.name)  # type: ignore[assignment]

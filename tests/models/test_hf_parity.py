@@ -1,7 +1,7 @@
 """Tiny random Hugging Face checkpoints: our loader + decoder against transformers' own forward pass.
 
 These exercise the model code paths the real GGUF files do not: untied heads, several KV heads per
-group, Gemma 3's sliding window on short sequences, bfloat16.
+group, Gemma 3's sliding window on short sequences, Qwen2's q/k/v biases (tied and untied), bfloat16.
 """
 
 from __future__ import annotations
@@ -26,6 +26,15 @@ def make_llama(tmp_path, tie: bool):
     return cfg, transformers.LlamaForCausalLM(cfg)
 
 
+def make_qwen2(tmp_path, tie: bool):
+    cfg = transformers.Qwen2Config(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, rope_theta=1e6, tie_word_embeddings=tie,
+        rms_norm_eps=1e-6, use_sliding_window=False,
+    )
+    return cfg, transformers.Qwen2ForCausalLM(cfg)
+
+
 def make_gemma3(tmp_path, tie: bool = True):
     cfg = transformers.Gemma3TextConfig(
         vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
@@ -38,16 +47,17 @@ def make_gemma3(tmp_path, tie: bool = True):
 
 def build(tmp_path, family: str, tie: bool):
     torch.manual_seed(0)
-    _, model = (make_gemma3 if family == "gemma3" else make_llama)(tmp_path, tie)
-    with torch.no_grad():  # norms start at 0/1: randomise so they matter
+    _, model = {"gemma3": make_gemma3, "qwen2": make_qwen2, "llama": make_llama}[family](tmp_path, tie)
+    with torch.no_grad():  # norms start at 0/1 and biases at 0: randomise so they matter
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if "norm" in name or name.endswith("bias"):
                 p.add_(torch.randn_like(p) * 0.2)
     model.eval().save_pretrained(tmp_path)
     return model
 
 
-@pytest.mark.parametrize("family, tie", [("llama", False), ("llama", True), ("gemma3", True)])
+@pytest.mark.parametrize("family, tie", [("llama", False), ("llama", True), ("qwen2", False), ("qwen2", True),
+                                         ("gemma3", True)])
 def test_logits_match_transformers(tmp_path, family, tie):
     theirs = build(tmp_path, family, tie)
     cfg, params = load_model_params(str(tmp_path), cache=False)
@@ -58,6 +68,8 @@ def test_logits_match_transformers(tmp_path, family, tie):
     with torch.no_grad():
         ref = theirs(torch.tensor([ids])).logits[0].numpy()
     assert np.abs(mine - ref).max() <= 1e-4
+    if family == "qwen2":
+        assert cfg.attention_bias and np.abs(np.asarray(params["layers"]["attn"]["q"]["bias"])).max() > 0
 
     # Greedy decoding through the paged cache equals transformers' cached greedy decoding.
     prompt = ids[:12]

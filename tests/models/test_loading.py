@@ -106,7 +106,7 @@ def test_real_gguf_config(real_model):
 
 
 @pytest.mark.slow
-def test_orbax_cache_real_model(tmp_path, monkeypatch):
+def test_params_cache_real_model(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECRAG_CACHE_DIR", str(tmp_path / "cache"))
     _, first = load_model_params("smollm2-135m-instruct")
     info1 = last_load_info()

@@ -23,6 +23,18 @@ def long_prompt_text() -> str:
     return "\n\n".join(topics[k] for k in ("assert", "break", "continue", "pass", "del", "return", "if", "while"))
 
 
+def logits_at_rows(model: TextModel, ids: list[int], rows: list[int]) -> np.ndarray:
+    """Our float32 logits at ``rows`` of one prefill of ``ids`` (pages returned afterwards)."""
+    from specrag_jax.models.runner import Chunk
+
+    runner = model.runner
+    pages = runner.allocator.allocate(-(-len(ids) // runner.page_size))
+    try:
+        return runner.logits(runner.pack([Chunk(pages, 0, ids, rows=rows)]))
+    finally:
+        runner.allocator.release(pages)
+
+
 @pytest.fixture(scope="module", params=["gemma3-270m", "smollm2-135m-instruct"])
 def pair(request, hf_reference):
     ours = TextModel.load(request.param, max_seq_len=1024, max_batch=1)
@@ -37,14 +49,7 @@ def test_logits_match_over_a_long_prompt(pair):
     assert len(ids) >= 600
     # Positions on both sides of Gemma's 512-token sliding window, plus the whole tail.
     rows = sorted(set(range(0, len(ids), 37)) | set(range(len(ids) - 24, len(ids))))
-    runner = ours.runner
-    pages = runner.allocator.allocate(-(-len(ids) // runner.page_size))
-    try:
-        from specrag_jax.models.runner import Chunk
-
-        mine = runner.logits(runner.pack([Chunk(pages, 0, ids, rows=rows)]))
-    finally:
-        runner.allocator.release(pages)
+    mine = logits_at_rows(ours, ids, rows)
     with torch.no_grad():
         ref = theirs(torch.tensor([ids])).logits[0, rows].float().numpy()
     diff = np.abs(mine - ref).max()
