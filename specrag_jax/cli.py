@@ -101,6 +101,8 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tau-min", type=float, default=None, help="confidence floor for the fallback")
     p.add_argument("--fallback", default="standard", choices=["standard", "unanswerable"])
     p.add_argument("--no-consensus", action="store_true", help="always verify, even when all drafts agree")
+    p.add_argument("--verifier-prompt", default="auto", choices=["auto", "chat", "plain"],
+                   help="verifier prompts through its chat template (auto: when it is instruction-tuned)")
     p.add_argument("--seed", type=int, default=0)
     _add_quiet(p)
     from specrag_jax.parallel.cli import add_mesh_arguments
@@ -130,7 +132,8 @@ def _rag_config(args: argparse.Namespace):
 
     scores = ScoreOptions(normalize=args.normalize, terms=tuple(t for t in args.terms.split(",") if t))
     cfg = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k, scores=scores, tau_min=args.tau_min,
-                    fallback=args.fallback, consensus=not args.no_consensus, seed=args.seed)
+                    fallback=args.fallback, consensus=not args.no_consensus, seed=args.seed,
+                    verifier_prompt=args.verifier_prompt)
     cfg.check()
     return cfg
 
@@ -192,6 +195,8 @@ def _eval(args: argparse.Namespace) -> int:
                          "normalize": config.scores.normalize, "terms": list(config.scores.terms),
                          "sr": config.scores.sr, "tau_min": config.tau_min, "fallback": config.fallback,
                          "consensus": config.consensus, "seed": config.seed,
+                         "verifier_prompt": config.verifier_prompt,
+                         "verifier_chat": rag.verifier_chat,
                          "command": "specrag " + " ".join(sys.argv[1:])}
     if args.out:
         out = Path(args.out)

@@ -210,7 +210,7 @@ def check_collectives(spec: str = "model=4") -> dict:
 
 
 def check_rag(question: str = "How do I leave a loop early in Python?") -> dict:
-    """End to end: SpecRAG (SmolLM2 drafter on 2 devices, Gemma 3 verifier on 6 as data=3,model=2) vs one device.
+    """End to end: SpecRAG (default drafter on 2 devices, default verifier on 6 as data=3,model=2) vs one device.
 
     Not run by the tests (minutes of CPU); drafts, answer and draft scores should agree."""
     from specrag_jax.models.text_model import TextModel

@@ -68,7 +68,7 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
     from tqdm import tqdm
 
     acc: dict[str, dict[str, Any]] = {m: {"correct": [], "latency": [], "wall": [], "compile": 0.0, "by_source": {},
-                                          "tokens": {k: 0 for k in TOKEN_KEYS}} for m in methods}
+                                          "tokens": {k: 0 for k in TOKEN_KEYS}, "stages": {}} for m in methods}
     predictions = []
     verified: list[tuple[list[Draft], list[str]]] = []
     for row in tqdm(rows, desc="questions", disable=not progress, unit="q"):
@@ -84,9 +84,14 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
             a["by_source"].setdefault(row.get("data_source", "unknown"), []).append(ok)
             for k in TOKEN_KEYS:
                 a["tokens"][k] += int(result.trace.get(k, 0))
+            stages = stage_seconds(result.trace)
+            for k, v in stages.items():
+                a["stages"].setdefault(k, []).append(v)
             predictions.append({"method": method, "question_id": row.get("question_id"),
                                 "data_source": row.get("data_source"), "answer": result.answer, "correct": ok,
-                                "latency_s": a["latency"][-1], "compile_s": compile_s,
+                                "latency_s": a["latency"][-1], "compile_s": compile_s, "stages_s": stages,
+                                "confidence": result.trace.get("confidence"),
+                                "consensus": bool(result.trace.get("consensus", False)),
                                 "drafts": [d.to_dict() for d in result.drafts]})
             if method == "speculative":
                 verified.append((result.drafts, row["ground_truth"]))
@@ -100,11 +105,21 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
             "latency_s": _latency(a["latency"]),
             "wall_s": _latency(a["wall"]),
             "compile_s": a["compile"],
+            # mean seconds per question of each stage this method ran (compilation included; see compile_s)
+            "stages_s": {k: sum(v) / len(rows) for k, v in sorted(a["stages"].items())},
             "tokens": {**tokens, "total": sum(tokens.values()), "per_question": sum(tokens.values()) / len(rows)},
         }
     if verified:
         out["ablations"] = score_ablations(verified)
     return out
+
+
+STAGE_KEYS = ("retrieval_s", "clustering_s", "drafting_s", "verification_s", "generation_s")
+
+
+def stage_seconds(trace: dict[str, Any]) -> dict[str, float]:
+    """The per-stage seconds a method's trace recorded (retrieval, clustering, drafting, verification, generation)."""
+    return {k: float(trace[k]) for k in STAGE_KEYS if k in trace}
 
 
 def score_ablations(verified: Sequence[tuple[Sequence[Draft], Sequence[str]]]) -> dict[str, float]:

@@ -145,7 +145,7 @@ class SpecRAG:
         return {m: out[m] for m in methods}
 
     @property
-    def _verifier_chat(self) -> bool:
+    def verifier_chat(self) -> bool:
         """Whether the verifier's prompts go through its chat template (RAGConfig.verifier_prompt)."""
         return use_chat(self.config.verifier_prompt, getattr(self.verifier, "instruct", False))
 
@@ -175,7 +175,7 @@ class SpecRAG:
         return truncate_docs(self.drafter, docs[: cfg.n_docs], cfg.max_doc_tokens, notes)
 
     def _generate_answer(self, question: str, docs: list[dict], method: str, trace: dict, t0: float) -> RAGAnswer:
-        prompt = answer_prompt(self.verifier.tokenizer, question, docs, self._verifier_chat)
+        prompt = answer_prompt(self.verifier.tokenizer, question, docs, self.verifier_chat)
         t = time.perf_counter()
         [res] = self.verifier.generate_ids([encode_prompt_text(self.verifier.tokenizer, prompt)], SamplingParams(),
                                            self.config.max_answer_tokens, stop=["\n"])
@@ -218,7 +218,7 @@ class SpecRAG:
             chosen = best(drafts)
         else:
             self.progress.start("verification")
-            trace.update(verify_drafts(self.verifier, question, drafts, chat=self._verifier_chat))
+            trace.update(verify_drafts(self.verifier, question, drafts, chat=self.verifier_chat))
             self.progress.end("verification", trace.get("verification_s", 0.0),
                               f"{len(drafts)} drafts, {trace.get('verifier_tree_tokens', 0)} tree tokens")
             score_drafts(drafts, cfg.scores)

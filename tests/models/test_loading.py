@@ -276,8 +276,9 @@ def test_quantize_round_trip(qtype, tol):
 # ---------------------------------------------------------------- tiny GGUF files and errors
 
 
-def write_gguf(path: Path, arch: str = "llama", drop: str = "", odd_type: str = "") -> Path:
-    """A 2-layer llama GGUF (F32 tensors); ``drop`` omits a tensor, ``odd_type`` stores one as Q8_1."""
+def write_gguf(path: Path, arch: str = "llama", drop: str = "", odd_type: str = "", extra: tuple = ()) -> Path:
+    """A 2-layer llama (or qwen2, with q/k/v biases) GGUF of F32 tensors; ``drop`` omits a tensor, ``odd_type``
+    stores one as Q8_1, ``extra`` adds tensors the architecture does not have."""
     rng = np.random.default_rng(1)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name("tiny")
@@ -291,6 +292,9 @@ def write_gguf(path: Path, arch: str = "llama", drop: str = "", odd_type: str = 
                        f"blk.{i}.ffn_gate.weight": (64, 32), f"blk.{i}.ffn_up.weight": (64, 32),
                        f"blk.{i}.ffn_down.weight": (32, 64), f"blk.{i}.attn_norm.weight": (32,),
                        f"blk.{i}.ffn_norm.weight": (32,)})
+        if arch == "qwen2":
+            shapes.update({f"blk.{i}.attn_q.bias": (32,), f"blk.{i}.attn_k.bias": (16,), f"blk.{i}.attn_v.bias": (16,)})
+    shapes.update({name: (32,) for name in extra})
     for name, shape in shapes.items():
         if name == drop:
             continue
@@ -313,6 +317,18 @@ def test_tiny_gguf_loads(tmp_path):
     assert {k: v.shape for k, v in flat(params).items()} == shapes
 
 
+def test_tiny_qwen2_gguf_keeps_qk_rows_and_biases(tmp_path):
+    path = write_gguf(tmp_path / "q.gguf", arch="qwen2")
+    cfg, params = load_gguf(path)
+    assert cfg.arch == "qwen2" and cfg.attention_bias and cfg.tie_embeddings
+    raw = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(str(path)).tensors}
+    # llama.cpp does not permute qwen2's Q/K rows: the kernel is the stored matrix, transposed.
+    np.testing.assert_array_equal(np.asarray(params["layers"]["attn"]["q"]["kernel"][1]), raw["blk.1.attn_q.weight"].T)
+    np.testing.assert_array_equal(np.asarray(params["layers"]["attn"]["k"]["bias"][0]), raw["blk.0.attn_k.bias"])
+    llama_cfg, llama = load_gguf(write_gguf(tmp_path / "l.gguf"))
+    assert not llama_cfg.attention_bias and "bias" not in llama["layers"]["attn"]["q"]
+
+
 @pytest.mark.parametrize(
     "make,words",
     [
@@ -323,8 +339,13 @@ def test_tiny_gguf_loads(tmp_path):
         (lambda d: write_gguf(d / "m.gguf", odd_type="blk.0.attn_v.weight"),
          ["unsupported quantization type Q8_1", "blk.0.attn_v.weight"]),
         (lambda d: d / "empty-dir", ["no config.json"]),
+        (lambda d: write_gguf(d / "m.gguf", arch="qwen2", drop="blk.1.attn_k.bias"),
+         ["missing tensor", "blk.1.attn_k.bias"]),
+        (lambda d: write_gguf(d / "m.gguf", arch="qwen2", extra=("blk.0.attn_output.bias",)),
+         ["unsupported tensors", "blk.0.attn_output.bias"]),
     ],
-    ids=["missing", "not-gguf", "mamba", "missing-tensor", "bad-quant", "not-hf-dir"],
+    ids=["missing", "not-gguf", "mamba", "missing-tensor", "bad-quant", "not-hf-dir", "qwen2-no-bias",
+         "qwen2-o-bias"],
 )
 def test_errors(tmp_path, make, words):
     (tmp_path / "empty-dir").mkdir()
