@@ -214,16 +214,10 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def enable_compilation_cache() -> None:
-    """Persist compiled XLA programs across runs (``$SPECRAG_CACHE_DIR/xla`` or ~/.cache/specrag_jax/xla)."""
-    import os
-    from pathlib import Path
+    """Persist compiled XLA programs across runs (see ``xla_cache``; serve uses the same folder)."""
+    from specrag_jax.xla_cache import enable_xla_cache
 
-    import jax
-
-    root = Path(os.environ.get("SPECRAG_CACHE_DIR", Path.home() / ".cache" / "specrag_jax"))
-    jax.config.update("jax_compilation_cache_dir", str(root / "xla"))
-    # Every program, however small: a new process then only traces and lowers (see compile_time.py).
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    enable_xla_cache()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,13 +15,13 @@ With a persistent compilation cache (``enable_compile_cache``) a restart loads t
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
+from specrag_jax.xla_cache import default_xla_cache_dir, enable_xla_cache
 from specrag_jax.kernels import NULL_PAGE
 from specrag_jax.models.packing import Chunk, bucket
 
@@ -158,21 +158,10 @@ def warmup(engine: "Engine", level: str = "full", sampled: bool = True, score: b
 
 
 def default_compile_cache() -> Path:
-    """``$SPECRAG_COMPILE_CACHE``, else ``$XDG_CACHE_HOME/specrag-jax/xla`` (``~/.cache`` by default)."""
-    if os.environ.get("SPECRAG_COMPILE_CACHE"):
-        return Path(os.environ["SPECRAG_COMPILE_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specrag-jax" / "xla"
+    """The persistent XLA cache folder shared with the other commands (``xla_cache.default_xla_cache_dir``)."""
+    return default_xla_cache_dir()
 
 
 def enable_compile_cache(path: str | Path) -> Path:
     """Persist compiled programs under ``path`` (JAX's compilation cache): a restarted server reloads them."""
-    import jax
-
-    path = Path(path).expanduser()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SpecRagError(f"cannot create the compilation cache directory {path}: {exc}") from None
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    return path
+    return enable_xla_cache(path)
