@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Iterable
 
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
-from specrag_jax.xla_cache import default_xla_cache_dir, enable_xla_cache
 from specrag_jax.kernels import NULL_PAGE
 from specrag_jax.models.packing import Chunk, bucket
+from specrag_jax.xla_cache import default_xla_cache_dir, enable_xla_cache
 
 if TYPE_CHECKING:
     from specrag_jax.serving.engine import Engine
