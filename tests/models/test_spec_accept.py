@@ -23,7 +23,8 @@ def node(tree: TokenTree, toks: tuple[int, ...]) -> int:
     """Chunk index of the node reached by ``toks`` from the root."""
     u = 0
     for t in toks:
-        u = next(c for c in range(1, tree.budget) if tree.valid[c] and tree.parents[c] == u and tree.tokens[c] == t)
+        u = next(c for c in range(1, tree.budget)
+                 if tree.valid[c] and tree.parents[c] == u and tree.tokens[c] == t)
     return u
 
 

@@ -164,8 +164,10 @@ def analyse(case: dict, samples: np.ndarray) -> dict:
     c3 = np.bincount((t1 * v + t2) * v + t3, minlength=v**3).reshape(v, v, v)
     out["p_third_given_12"] = _pvalue([chi2(c3[a, b], joint[a, b] * p3[a, b])
                                        for a, b in zip(*np.nonzero(joint >= 20))])
+    marginal3 = np.einsum("ab,abc->c", joint_exp, p3)
     for name, obs, exp in (("tv_first", c1, p1), ("tv_second", np.bincount(t2, minlength=v), p1 @ p2),
-                           ("tv_third", np.bincount(t3, minlength=v), np.einsum("ab,abc->c", joint_exp, p3)), ("tv_joint_12", joint, joint_exp)):
+                           ("tv_third", np.bincount(t3, minlength=v), marginal3),
+                           ("tv_joint_12", joint, joint_exp)):
         out[name] = 0.5 * float(np.abs(obs / n - exp).sum())
     # TV that sampling noise alone gives a multinomial of n draws: E|X/n - p| ~ sqrt(2 p (1 - p) / (pi n)).
     out["tv_joint_12_noise"] = 0.5 * float(np.sqrt(2 * joint_exp * (1 - joint_exp) / (np.pi * n)).sum())
