@@ -14,10 +14,11 @@ import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import ATTENTION_IMPLS, KVPool, PageAllocator, make_pool
-from specrag_jax.models.packing import Chunk, PackedStep, bucket, pack_chunks
 from specrag_jax.models.config import ModelConfig
+from specrag_jax.models.packing import Chunk, PackedStep, bucket, pack_chunks
 from specrag_jax.models.sampling import sample_tokens
 from specrag_jax.models.scoring import token_logprobs
+from specrag_jax.models.step_export import ExportedSteps, export_dir
 from specrag_jax.models.transformer import Decoder, logits_at, unstack_layers
 
 
@@ -62,6 +63,8 @@ _STATIC = ("cfg", "impl", "tree", "decode", "dtype")
 _sample_step = jax.jit(_sample_body, static_argnames=_STATIC + ("greedy_only",), donate_argnames=("pool",))
 _score_step = jax.jit(_score_body, static_argnames=_STATIC, donate_argnames=("pool",))
 _logits_step = jax.jit(_logits_body, static_argnames=_STATIC, donate_argnames=("pool",))
+# Single-device runs through stored exports: the body, the number of per-step inputs, the outputs before the pool.
+_BODIES_UNSHARDED = {"sample": (_sample_body, 8, 2), "score": (_score_body, 4, 1), "logits": (_logits_body, 3, 1)}
 # Sharded runs: the body, the number of per-step inputs after (params, pool), the number of outputs before the pool.
 _BODIES = {"sample": (_sample_body, 8, 2), "score": (_score_body_vocab_parallel, 4, 1), "logits": (_logits_body, 3, 1)}
 
@@ -132,6 +135,7 @@ class ModelRunner:
         else:
             self.pool = placement.make_pool(cfg, num_pages, page_size, self.dtype)
         self.allocator = PageAllocator(num_pages)
+        self._exported: ExportedSteps | None = None
 
     # ---------------------------------------------------------------- packing
     def pack(self, chunks: Sequence[Chunk], *, token_bucket: int | None = None, min_seqs: int = 1) -> PackedStep:
@@ -179,6 +183,12 @@ class ModelRunner:
     def _run(self, kind: str, *args, **statics):
         """One step: the shared jitted function, or (with a placement) this runner's sharded compilation."""
         if self.placement is None:
+            exported = self._exported_steps() if statics.get("impl") == "reference" else None  # no custom calls
+            if exported is not None:
+                body, _, n_out = _BODIES_UNSHARDED[kind]
+                out = exported.call(kind, body, n_out, statics, self.params, self.pool, args)
+                if out is not None:
+                    return out
             fn = {"sample": _sample_step, "score": _score_step, "logits": _logits_step}[kind]
             return fn(self.params, self.pool, *args, **statics)
         fn, in_shardings = self._sharded_step(kind, args, statics)
@@ -189,6 +199,15 @@ class ModelRunner:
             *outs, pool = fn(self.params, self.pool, *args)
             return (*(o.addressable_data(0) for o in outs), pool)  # replicated: every process has all of it
         return fn(self.params, self.pool, *args)
+
+    def _exported_steps(self) -> ExportedSteps | None:
+        """The stored-export path for this runner's steps (None while no persistent cache is set)."""
+        directory = export_dir()
+        if directory is None:
+            return None
+        if self._exported is None or self._exported.directory != directory:
+            self._exported = ExportedSteps(directory, self.params, self.pool, self.device.platform)
+        return self._exported
 
     def _sharded_step(self, kind: str, args: tuple, statics: dict):
         """A jit of the step body with explicit in/out shardings, one per (kind, token bucket, statics)."""
