@@ -18,7 +18,7 @@ def runner(arch: str) -> ModelRunner:
     return ModelRunner(cfg, init_params(cfg), num_pages=32, page_size=4, max_seq_len=64)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])  # qwen2 runs the llama path plus biases
 def test_exported_steps_equal_traced_steps(tmp_path, monkeypatch, arch):
     prompts = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12]]
     monkeypatch.setenv(step_export.ENV, "off")
