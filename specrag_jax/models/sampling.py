@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.sampling_filter import filtered_logits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,19 +55,7 @@ def sample_tokens(
     if greedy_only:
         chosen = greedy_ids
     else:
-        vocab = logits.shape[-1]
-        scaled = logits / jnp.maximum(temperature, 1e-6)[:, None]
-        sorted_desc = -jnp.sort(-scaled, axis=-1)
-        k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
-        kth = jnp.take_along_axis(sorted_desc, (k - 1)[:, None], axis=-1)  # top-k threshold
-        ranks = jnp.arange(vocab)[None, :]
-        sorted_k = jnp.where(ranks < k[:, None], sorted_desc, -jnp.inf)
-        probs = jax.nn.softmax(sorted_k, axis=-1)
-        keep = (jnp.cumsum(probs, axis=-1) - probs) < top_p[:, None]  # smallest set reaching top_p
-        n_keep = jnp.maximum(keep.sum(-1), 1)
-        pth = jnp.take_along_axis(sorted_desc, (n_keep - 1)[:, None], axis=-1)
-        threshold = jnp.maximum(kth, pth)
-        masked = jnp.where(scaled >= threshold, scaled, -jnp.inf)
+        masked = filtered_logits(logits, temperature, top_k, top_p)
         keys = jax.vmap(lambda s, t: jax.random.fold_in(jax.random.PRNGKey(s), t))(seeds, steps)
         sampled = jax.vmap(jax.random.categorical)(keys, masked).astype(jnp.int32)
         chosen = jnp.where(temperature > 0, sampled, greedy_ids)

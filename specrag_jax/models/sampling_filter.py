@@ -1,8 +1,8 @@
 """The distribution plain sampling draws from: temperature, then top-k, then top-p, per row.
 
-Mirrors ``sampling.sample_tokens`` operation for operation (a test asserts that ``categorical`` over
-``filtered_logits`` picks exactly the tokens ``sample_tokens`` picks for the same keys), so speculative
-sampling targets the very distribution plain decoding samples from. ``sample_tokens`` could call this.
+``sampling.sample_tokens`` draws from ``filtered_logits`` (a test also checks that ``categorical`` over it picks
+exactly the tokens ``sample_tokens`` picks for the same keys), so speculative sampling targets the very
+distribution plain decoding samples from.
 """
 
 from __future__ import annotations
