@@ -17,12 +17,10 @@ import jax
 
 _TRACE = "/jax/core/compile/jaxpr_trace_duration"
 _LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
-_BACKEND = "/jax/core/compile/backend_compile_duration"
+_BACKEND = "/jax/core/compile/backend_compile_duration"  # one per program built (compiled or loaded)
 _CACHE_LOAD = "/jax/compilation_cache/cache_retrieval_time_sec"
-_REQUESTS = "/jax/compilation_cache/compile_requests_use_cache"
-_HITS = "/jax/compilation_cache/cache_hits"
+_HITS = "/jax/compilation_cache/cache_hits"  # a plain event, no duration
 _DURATIONS = {_TRACE: "trace_s", _LOWER: "lower_s", _BACKEND: "backend_s", _CACHE_LOAD: "cache_load_s"}
-_COUNTS = {_BACKEND: "programs", _HITS: "cache_hits"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,23 +54,21 @@ class CompileStats:
 
 
 _lock = threading.Lock()
-_totals = {name: 0.0 for name in (*_DURATIONS.values(), *_COUNTS.values())}
+_totals = {name: 0.0 for name in (*_DURATIONS.values(), "programs", "cache_hits")}
 _installed = [False]
 
 
 def _on_duration(event: str, duration_secs: float, **_kwargs) -> None:
-    if event in _DURATIONS or event in _COUNTS:
+    if event in _DURATIONS:
         with _lock:
-            if event in _DURATIONS:
-                _totals[_DURATIONS[event]] += float(duration_secs)
-            if event in _COUNTS:
-                _totals[_COUNTS[event]] += 1
+            _totals[_DURATIONS[event]] += float(duration_secs)
+            _totals["programs"] += event == _BACKEND
 
 
 def _on_event(event: str, **_kwargs) -> None:
-    if event in _COUNTS:
+    if event == _HITS:
         with _lock:
-            _totals[_COUNTS[event]] += 1
+            _totals["cache_hits"] += 1
 
 
 def compile_stats() -> CompileStats:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from specrag_jax.cache_root import cache_root
 from specrag_jax.errors import SpecRagError
 
 
@@ -15,8 +16,7 @@ def default_xla_cache_dir() -> Path:
     """``$SPECRAG_COMPILE_CACHE``, else ``$SPECRAG_CACHE_DIR/xla``, else ``~/.cache/specrag_jax/xla``."""
     if os.environ.get("SPECRAG_COMPILE_CACHE"):
         return Path(os.environ["SPECRAG_COMPILE_CACHE"]).expanduser()
-    root = os.environ.get("SPECRAG_CACHE_DIR")
-    return (Path(root).expanduser() if root else Path.home() / ".cache" / "specrag_jax") / "xla"
+    return cache_root() / "xla"
 
 
 def enable_xla_cache(path: str | Path | None = None) -> Path:

@@ -23,12 +23,12 @@ from typing import Any, Callable
 
 import jax
 
+from specrag_jax.cache_root import CACHE_ENV, cache_root
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig, param_shapes
 from specrag_jax.models.param_file import load_tree, save_tree
 
 CACHE_FORMAT = 2  # bump when the conversion changes, so old entries are not reused
-CACHE_ENV = "SPECRAG_CACHE_DIR"
 DTYPES = ("float32", "bfloat16")
 PARAMS_FILE = "model.safetensors"
 
@@ -36,7 +36,7 @@ PARAMS_FILE = "model.safetensors"
 def default_cache_dir() -> Path:
     """``$SPECRAG_CACHE_DIR`` or ``~/.cache/specrag_jax/params``."""
     env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "specrag_jax" / "params"
+    return Path(env).expanduser() if env else cache_root() / "params"
 
 
 def config_to_json(cfg: ModelConfig) -> str:

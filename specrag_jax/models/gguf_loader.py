@@ -18,8 +18,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.tree_paths import flatten_tree, unflatten
 from specrag_jax.models.config import ARCH_DEFAULTS, SUPPORTED_ARCHITECTURES, ModelConfig, param_shapes
+from specrag_jax.models.tree_paths import flatten_tree, unflatten
 
 Q = GGMLQuantizationType
 SUPPORTED_QUANT_TYPES = frozenset(

@@ -63,10 +63,10 @@ _STATIC = ("cfg", "impl", "tree", "decode", "dtype")
 _sample_step = jax.jit(_sample_body, static_argnames=_STATIC + ("greedy_only",), donate_argnames=("pool",))
 _score_step = jax.jit(_score_body, static_argnames=_STATIC, donate_argnames=("pool",))
 _logits_step = jax.jit(_logits_body, static_argnames=_STATIC, donate_argnames=("pool",))
-# Single-device runs through stored exports: the body, the number of per-step inputs, the outputs before the pool.
-_BODIES_UNSHARDED = {"sample": (_sample_body, 8, 2), "score": (_score_body, 4, 1), "logits": (_logits_body, 3, 1)}
 # Sharded runs: the body, the number of per-step inputs after (params, pool), the number of outputs before the pool.
 _BODIES = {"sample": (_sample_body, 8, 2), "score": (_score_body_vocab_parallel, 4, 1), "logits": (_logits_body, 3, 1)}
+# Single-device runs through stored exports: the same, with the chunked-vocabulary scoring of ``_score_step``.
+_BODIES_UNSHARDED = {**_BODIES, "score": (_score_body, 4, 1)}
 
 
 def _host_views(params: dict, device) -> dict:

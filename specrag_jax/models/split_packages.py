@@ -18,6 +18,7 @@ import os
 import sys
 from pathlib import Path
 
+from specrag_jax.cache_root import cache_root
 from specrag_jax.errors import SpecRagError
 
 _BLOCK = 8 << 20
@@ -47,10 +48,8 @@ class SplitFile:
 
 
 def default_models_dir() -> Path:
-    """``$SPECRAG_CACHE_DIR/models`` (or ``~/.cache/specrag_jax/models``): where assembled files live."""
-    env = os.environ.get("SPECRAG_CACHE_DIR")
-    root = Path(env).expanduser() if env else Path.home() / ".cache" / "specrag_jax"
-    return root / "models"
+    """``cache_root()/models``: where assembled files live."""
+    return cache_root() / "models"
 
 
 def part_path(split: SplitFile, part: Part) -> Path:

@@ -63,7 +63,8 @@ class ExportedSteps:
     def __init__(self, directory: Path, params: Any, pool: Any, platform: str) -> None:
         self.directory = directory
         self.platform = platform
-        params_leaves = jax.tree_util.tree_leaves(params)
+        self._params, params_leaves = params, jax.tree_util.tree_leaves(params)
+        self._params_leaves = params_leaves  # flattened once: the runner's parameters do not change
         self._n_params = len(params_leaves)
         self._n_pool = len(jax.tree_util.tree_leaves(pool))
         self._pool_treedef = jax.tree_util.tree_structure(pool)
@@ -73,13 +74,15 @@ class ExportedSteps:
     def call(self, kind: str, body: Callable, n_out: int, statics: dict, params: Any, pool: Any, args: tuple):
         """``body(params, pool, *args, **statics)`` -> ``(*outs, pool)``, through the stored export when possible."""
         arg_leaves, arg_tree = jax.tree_util.tree_flatten(args)
-        key = (kind, tuple(sorted((k, repr(v)) for k, v in statics.items())), arg_tree, _signature(arg_leaves))
+        key = (kind, tuple(sorted(statics.items())), arg_tree,
+               tuple((np.shape(x), np.dtype(x.dtype)) for x in arg_leaves))
         if key not in self._fns:
             self._fns[key] = self._load_or_export(key, body, statics, params, pool, args)
         fn = self._fns[key]
         if fn is None:
             return None
-        leaves = jax.tree_util.tree_leaves(params) + jax.tree_util.tree_leaves(pool) + arg_leaves
+        params_leaves = self._params_leaves if params is self._params else jax.tree_util.tree_leaves(params)
+        leaves = params_leaves + jax.tree_util.tree_leaves(pool) + arg_leaves
         out = fn(*leaves)
         return (*out[:n_out], jax.tree_util.tree_unflatten(self._pool_treedef, list(out[n_out:])))
 

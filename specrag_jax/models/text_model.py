@@ -79,12 +79,8 @@ class TextModel:
         if not prompt:
             raise SpecRagError("empty prompt: nothing to generate from")
         if chat:
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-            ids = self.tokenizer.encode(text, add_bos=False)
-            bos = self.tokenizer.bos_id
-            if self.tokenizer.add_bos_default and bos is not None and (not ids or ids[0] != bos):
-                ids = [bos] + ids
-            return ids
+            return self.tokenizer.encode_rendered(
+                self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}]))
         return self.tokenizer.encode(prompt, add_bos=self.tokenizer.add_bos_default)
 
     def generate(

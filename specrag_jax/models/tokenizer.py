@@ -115,6 +115,14 @@ class Tokenizer(abc.ABC):
             ids += self._encode_plain(text[start:])
         return ids
 
+    def encode_rendered(self, text: str) -> list[int]:
+        """Ids of a prompt rendered by a chat template: BOS per ``add_bos_default``, not doubled when the
+        template already wrote it."""
+        ids = self.encode(text, add_bos=False)
+        if self.add_bos_default and self.bos_id is not None and (not ids or ids[0] != self.bos_id):
+            ids = [self.bos_id] + ids
+        return ids
+
     def decode(self, ids: Sequence[int] | Iterable[int], skip_special: bool = True) -> str:
         """Text of `ids`; control tokens are dropped, or written literally with skip_special=False."""
         ids = [int(i) for i in ids]

@@ -22,7 +22,7 @@ from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
 from specrag_jax.pipeline.prompts import first_line
 from specrag_jax.pipeline.selection import ScoreOptions, best, confidence, consensus, score_drafts
 from specrag_jax.pipeline.verification import verify_drafts
-from specrag_jax.pipeline.verifier_prompts import answer_prompt, encode_prompt_text, use_chat
+from specrag_jax.pipeline.verifier_prompts import answer_prompt, check_prompt_form, use_chat
 from specrag_jax.progress import NO_PROGRESS, Progress
 
 METHODS = ("speculative", "standard", "closed_book", "drafter_only", "random_draft")
@@ -54,7 +54,7 @@ class RAGConfig:
             raise SpecRagError(f"k (number of clusters) must be >= 1 (got {self.k})")
         if self.fallback not in ("standard", "unanswerable"):
             raise SpecRagError(f"fallback must be 'standard' or 'unanswerable' (got {self.fallback!r})")
-        use_chat(self.verifier_prompt, False)  # validates the form
+        check_prompt_form(self.verifier_prompt)
         if self.tau_min is not None and not 0.0 <= self.tau_min <= 1.0:
             raise SpecRagError(f"tau_min must be in [0, 1] (got {self.tau_min})")
 
@@ -177,7 +177,7 @@ class SpecRAG:
     def _generate_answer(self, question: str, docs: list[dict], method: str, trace: dict, t0: float) -> RAGAnswer:
         prompt = answer_prompt(self.verifier.tokenizer, question, docs, self.verifier_chat)
         t = time.perf_counter()
-        [res] = self.verifier.generate_ids([encode_prompt_text(self.verifier.tokenizer, prompt)], SamplingParams(),
+        [res] = self.verifier.generate_ids([self.verifier.tokenizer.encode_rendered(prompt)], SamplingParams(),
                                            self.config.max_answer_tokens, stop=["\n"])
         trace.update(generation_s=time.perf_counter() - t, verifier_prefill_tokens=res.num_prompt_tokens,
                      verifier_decode_tokens=len(res.token_ids))

@@ -18,17 +18,18 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.prompts import RATIONALE_TAG, RESPONSE_TAG
-from specrag_jax.pipeline.verifier_prompts import ScoringPrompt, encode_prompt_text, scoring_prompt
+from specrag_jax.pipeline.verifier_prompts import scoring_prompt
 
 
-def _branch(tok, draft: Draft, form: ScoringPrompt) -> tuple[list[int], list[int], int]:
-    """Branch ids, indices of the rho_SC tokens, and the index of the "Yes" token."""
+def _branch(tok, draft: Draft, fixed: dict[str, list[int]]) -> tuple[list[int], list[int], int]:
+    """Branch ids, indices of the rho_SC tokens, and the index of the "Yes" token (``fixed``: the ids of the
+    pieces every branch shares, encoded once)."""
     pieces = [
-        (tok.encode(RATIONALE_TAG, add_bos=False), False),
+        (fixed["rationale"], False),
         (tok.encode(" " + draft.rationale, add_bos=False), True),
-        (tok.encode("\n" + RESPONSE_TAG, add_bos=False), False),
+        (fixed["response"], False),
         (tok.encode(" " + draft.answer, add_bos=False), True),
-        (tok.encode(form.after, add_bos=False), False),
+        (fixed["after"], False),
     ]
     ids: list[int] = []
     scored: list[int] = []
@@ -37,7 +38,7 @@ def _branch(tok, draft: Draft, form: ScoringPrompt) -> tuple[list[int], list[int
             scored.extend(range(len(ids), len(ids) + len(piece)))
         ids.extend(piece)
     yes_index = len(ids)
-    ids.append(tok.encode(form.yes, add_bos=False)[0])
+    ids.append(fixed["yes"][0])
     return ids, scored, yes_index
 
 
@@ -48,13 +49,15 @@ def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft], c
     t0 = time.perf_counter()
     tok, runner = verifier.tokenizer, verifier.runner
     form = scoring_prompt(tok, question, chat)
-    prefix = encode_prompt_text(tok, form.prefix)
+    prefix = tok.encode_rendered(form.prefix)
     no_id = tok.encode(form.no, add_bos=False)[0]
+    fixed = {name: tok.encode(text, add_bos=False) for name, text in
+             (("rationale", RATIONALE_TAG), ("response", "\n" + RESPONSE_TAG), ("after", form.after), ("yes", form.yes))}
     tokens, parents, positions, rows, targets = [], [], [], [], []
     spans = []
     longest = 0
     for d in drafts:
-        ids, scored, yes_index = _branch(tok, d, form)
+        ids, scored, yes_index = _branch(tok, d, fixed)
         longest = max(longest, len(ids))
         start = len(tokens)
         for i, t in enumerate(ids):

@@ -32,26 +32,22 @@ class ScoringPrompt:
     no: str
 
 
-def use_chat(form: str, instruct: bool) -> bool:
-    """Whether the verifier's prompts go through its chat template."""
+def check_prompt_form(form: str) -> str:
+    """``form`` if it is one of PROMPT_FORMS, else a one-line error."""
     if form not in PROMPT_FORMS:
         raise SpecRagError(f"verifier prompt form must be one of {', '.join(PROMPT_FORMS)} (got {form!r})")
-    return form == "chat" or (form == "auto" and instruct)
+    return form
+
+
+def use_chat(form: str, instruct: bool) -> bool:
+    """Whether the verifier's prompts go through its chat template."""
+    return check_prompt_form(form) == "chat" or (form == "auto" and instruct)
 
 
 def _chat(tok: Tokenizer, messages: list[dict]) -> str:
     if not tok.chat_template:
         raise SpecRagError("the verifier has no chat template; use verifier_prompt='plain'")
     return tok.apply_chat_template(messages, add_generation_prompt=True)
-
-
-def encode_prompt_text(tok: Tokenizer, text: str) -> list[int]:
-    """Prompt ids with the tokenizer's BOS rule, not doubled when a chat template already wrote BOS."""
-    ids = tok.encode(text, add_bos=False)
-    bos = tok.bos_id
-    if tok.add_bos_default and bos is not None and (not ids or ids[0] != bos):
-        ids = [bos] + ids
-    return ids
 
 
 def answer_prompt(tok: Tokenizer, question: str, docs: list[dict], chat: bool) -> str:

@@ -10,7 +10,7 @@ from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.prompts import REFLECTION_PROMPT, standard_rag_prompt, verifier_prefix
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
 from specrag_jax.pipeline.verification import verify_drafts
-from specrag_jax.pipeline.verifier_prompts import answer_prompt, encode_prompt_text, scoring_prompt, use_chat
+from specrag_jax.pipeline.verifier_prompts import answer_prompt, scoring_prompt, use_chat
 from specrag_jax.serving.tiny import tiny_text_model
 
 CHATML = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
@@ -59,7 +59,7 @@ def test_chat_form_uses_the_template(chat_model):
     form = scoring_prompt(tok, "Q?", chat=True)
     assert form.prefix == "<|user|>" + verifier_prefix("Q?").rstrip() + "\n<|assistant|>"
     assert form.after == "\n<|user|>" + REFLECTION_PROMPT + "\n<|assistant|>" and form.yes == "Yes"
-    ids = encode_prompt_text(tok, form.prefix)
+    ids = tok.encode_rendered(form.prefix)
     assert ids[0] == tok.bos_id and ids.count(tok.bos_id) == 1
 
 
@@ -80,13 +80,13 @@ def test_chat_verification_and_standard_answer(chat_model):
     drafts = [Draft(i, [], "", r, a, True, -1.0, 3) for i, (r, a) in enumerate([("Doc 1 says Paris.", "Paris"),
                                                                                  ("Lyon.", "Lyon")])]
     trace = verify_drafts(chat_model, "Q?", drafts, chat=True)
-    assert trace["verifier_prefix_tokens"] == len(encode_prompt_text(chat_model.tokenizer,
-                                                                      scoring_prompt(chat_model.tokenizer, "Q?", True).prefix))
+    assert trace["verifier_prefix_tokens"] == len(chat_model.tokenizer.encode_rendered(
+        scoring_prompt(chat_model.tokenizer, "Q?", True).prefix))
     assert all(d.sr_logprob < 0 and d.sc_tokens > 0 for d in drafts)
     rag = SpecRAG(chat_model, chat_model, subsets=lambda q, docs, k, m, s: ([[0]], {}),
                   config=RAGConfig(max_answer_tokens=4))
     result = rag.answer("Q?", docs=DOCS, method="standard")
-    want = encode_prompt_text(chat_model.tokenizer, answer_prompt(chat_model.tokenizer, "Q?", DOCS, True))
+    want = chat_model.tokenizer.encode_rendered(answer_prompt(chat_model.tokenizer, "Q?", DOCS, True))
     assert result.trace["verifier_prefill_tokens"] == len(want)
     plain = SpecRAG(chat_model, chat_model, subsets=lambda q, docs, k, m, s: ([[0]], {}),
                     config=RAGConfig(max_answer_tokens=4, verifier_prompt="plain"))
