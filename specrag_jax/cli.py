@@ -33,10 +33,27 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attention-impl", default="reference")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the converted-weights cache")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--speculative", default="none", metavar="PROPOSER",
+                   help="decode with token-tree speculation: none (default) or ngram (prompt lookup); the output "
+                        "is the model's own (greedy: identical), in fewer steps")
+    p.add_argument("--spec-budget", type=int, default=16, help="largest token tree per step: 8, 16, 32 or 64")
     _add_quiet(p)
     from specrag_jax.parallel.cli import add_mesh_arguments
 
     add_mesh_arguments(p, groups=False)
+
+
+def _generate_speculation(args: argparse.Namespace):
+    """The Speculation of ``specrag generate --speculative``, or None; bad flags fail before loading."""
+    from specrag_jax.models.ngram_proposer import NgramProposer
+    from specrag_jax.models.spec_tree import check_budget
+    from specrag_jax.models.speculative import Speculation
+
+    if args.speculative not in ("none", "ngram"):
+        raise SpecRagError(f"unknown proposer {args.speculative!r} for --speculative (choose one of none, ngram; "
+                           f"draft proposals come from `specrag ask --method lossless`)")
+    check_budget(args.spec_budget)
+    return None if args.speculative == "none" else Speculation(NgramProposer(), args.spec_budget)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -44,6 +61,7 @@ def _generate(args: argparse.Namespace) -> int:
     from specrag_jax.models.text_model import TextModel
 
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)  # validate before loading
+    speculation = _generate_speculation(args)
     if args.max_new_tokens < 1:
         raise SpecRagError(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens})")
     if not args.prompt:
@@ -57,17 +75,29 @@ def _generate(args: argparse.Namespace) -> int:
                                attention_impl=args.attention_impl, cache=not args.no_cache, placement=placement)
         # bad input (a prompt too long) fails here, so its one error line is all that stderr shows
         model.generator.check_prompt(model.encode_prompt(args.prompt, args.chat), args.max_new_tokens)
+        if speculation is not None:
+            from specrag_jax.models.speculative import check_can_speculate
+
+            check_can_speculate(model.runner, speculation, args.model)
     from specrag_jax.compile_time import CompileClock
 
     progress.start("generation")
     with CompileClock() as clock:
-        result = model.generate([args.prompt], sampling, args.max_new_tokens, args.stop, chat=args.chat)[0]
+        ids = [model.encode_prompt(args.prompt, args.chat)]
+        result = model.generate_ids(ids, sampling, args.max_new_tokens, args.stop, speculation=speculation)[0]
     n_decode = max(len(result.token_ids) - 1, 0)  # the first token comes from prefill
     rate = n_decode / result.decode_s if result.decode_s > 0 else 0.0
     progress.end("generation", result.prefill_s + result.decode_s,
                  f"{result.num_prompt_tokens} prompt + {len(result.token_ids)} new tokens, prefill "
                  f"{result.prefill_s:.2f} s, decode {result.decode_s:.2f} s ({rate:.1f} tok/s), in all")
     progress.note(f"  of which {clock.stats.summary()}")
+    spec = None
+    if result.speculation is not None:
+        from specrag_jax.models.speculative import combine_stats
+
+        spec = combine_stats([result.speculation])
+        progress.note(f"  speculation: {spec['steps']} decode steps, {spec['accepted_tokens_per_step']:.2f} tokens "
+                      f"and {spec['proposed_tokens_per_step']:.1f} proposed per step")
     if args.json:
         print(json.dumps({
             "model": args.model,
@@ -82,6 +112,7 @@ def _generate(args: argparse.Namespace) -> int:
                 "decode_s": round(result.decode_s, 4),
                 "decode_tokens_per_s": round(rate, 3),
             },
+            **({"speculation": spec} if spec is not None else {}),
         }))
     else:
         print(result.text)
@@ -104,6 +135,12 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verifier-prompt", default="auto", choices=["auto", "chat", "plain"],
                    help="verifier prompts through its chat template (auto: when it is instruction-tuned)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--proposer", default="both", help="lossless method's proposals: ngram, drafts or both")
+    p.add_argument("--spec-budget", type=int, default=16,
+                   help="lossless method's largest token tree per verifier step: 8, 16, 32 or 64")
+    from specrag_jax.rerank.options import add_rerank_arguments
+
+    add_rerank_arguments(p)
     _add_quiet(p)
     from specrag_jax.parallel.cli import add_mesh_arguments
 
@@ -122,18 +159,20 @@ def _build_rag(args: argparse.Namespace, corpus, config):
                             verifier_placement=placements.verifier)
         detail.append(f"drafter {args.drafter} {getattr(rag.drafter, 'load_s', 0.0):.1f} s, verifier "
                       f"{args.verifier} {getattr(rag.verifier, 'load_s', 0.0):.1f} s, BM25 index over "
-                      f"{corpus or 'the built-in corpus'}; in all")
+                      f"{args.corpus or 'the built-in corpus'}; in all")
     return rag
 
 
 def _rag_config(args: argparse.Namespace):
     from specrag_jax.pipeline.selection import ScoreOptions
     from specrag_jax.pipeline.specrag import RAGConfig
+    from specrag_jax.rerank.options import rerank_fields
 
     scores = ScoreOptions(normalize=args.normalize, terms=tuple(t for t in args.terms.split(",") if t))
     cfg = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k, scores=scores, tau_min=args.tau_min,
                     fallback=args.fallback, consensus=not args.no_consensus, seed=args.seed,
-                    verifier_prompt=args.verifier_prompt)
+                    verifier_prompt=args.verifier_prompt, proposer=args.proposer, tree_budget=args.spec_budget,
+                    **rerank_fields(args))
     cfg.check()
     return cfg
 
@@ -150,6 +189,10 @@ def _add_ask(sub: argparse._SubParsersAction) -> None:
 def _ask(args: argparse.Namespace) -> int:
     if not args.question.strip():
         raise SpecRagError("empty question")
+    from specrag_jax.pipeline.specrag import METHODS
+
+    if args.method not in METHODS:
+        raise SpecRagError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
     from specrag_jax.compile_time import CompileClock
 
     rag = _build_rag(args, args.corpus, _rag_config(args))
@@ -174,6 +217,8 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print the results object as JSON")
     p.add_argument("--out", default=None, help="folder for results.json, predictions.jsonl and a plot")
+    p.add_argument("--corpus", default=None, help="retrieve from this corpus (BM25) instead of each question's own "
+                   "passages; reports recall_own_passages (benchmarks/pool_corpus.py pools a data file's passages)")
     _add_rag_options(p)
 
 
@@ -181,14 +226,17 @@ def _eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from specrag_jax.pipeline.evaluation import evaluate, load_questions, plot_accuracy_latency
+    from specrag_jax.rerank.options import rerank_json
+    from specrag_jax.retrieval import load_corpus
 
     if args.limit is not None and args.limit < 1:
         raise SpecRagError(f"--limit must be >= 1 (got {args.limit})")
     rows = load_questions(args.data, args.limit)
     methods = [m for m in args.methods.split(",") if m]
     config = _rag_config(args)
-    rag = _build_rag(args, None, config)
-    results = evaluate(rag, rows, methods, progress=not (args.json or args.quiet))
+    corpus = None if args.corpus is None else load_corpus(args.corpus)  # a bad corpus fails before loading
+    rag = _build_rag(args, corpus, config)
+    results = evaluate(rag, rows, methods, progress=not (args.json or args.quiet), corpus=corpus)
     predictions = results.pop("predictions")
     results["config"] = {"data": args.data, "limit": args.limit, "drafter": args.drafter,
                          "verifier": args.verifier, "n_docs": config.n_docs, "m": config.m, "k": config.k,
@@ -197,6 +245,8 @@ def _eval(args: argparse.Namespace) -> int:
                          "consensus": config.consensus, "seed": config.seed,
                          "verifier_prompt": config.verifier_prompt,
                          "verifier_chat": rag.verifier_chat,
+                         "proposer": config.proposer, "tree_budget": config.tree_budget,
+                         **rerank_json(config), "corpus": args.corpus,
                          "command": "specrag " + " ".join(sys.argv[1:])}
     if args.out:
         out = Path(args.out)
@@ -229,6 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from specrag_jax.serving.cli import add_serve_parser
 
     add_serve_parser(sub)
+    from specrag_jax.rerank.cli import add_index_parser
+
+    add_index_parser(sub)
     args = parser.parse_args(argv)
     args.progress = NO_PROGRESS if getattr(args, "quiet", True) else StderrProgress()
     quiet_library_logs()
@@ -242,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _eval(args)
         if args.command == "serve":
             return args.serve_main(args)
+        if args.command == "index":
+            return args.index_main(args)
     except SpecRagError as exc:
         args.progress.fail("")
         print(f"specrag: error: {exc}", file=sys.stderr)

@@ -36,6 +36,19 @@ def test_generate_json_contract(capsys):
 
 
 @pytest.mark.slow
+def test_generate_speculative_ngram_equals_plain(capsys):
+    prompt = "List the days of the week: Monday, Tuesday, Wednesday, Thursday, Friday. Again: Monday,"
+    args = ["generate", "--model", SMOL, "--prompt", prompt, "--max-new-tokens", "24", "--json"]
+    plain = json.loads(run_cli(capsys, *args)[1])
+    code, out, err = run_cli(capsys, *args, "--speculative", "ngram", "--spec-budget", "8")
+    assert code == 0, err
+    spec = json.loads(out)
+    assert spec["token_ids"] == plain["token_ids"] and "speculation" not in plain
+    assert spec["speculation"]["steps"] < len(spec["token_ids"]) - 1  # several tokens per verifier step
+    assert spec["speculation"]["accepted_tokens_per_step"] > 1.0
+
+
+@pytest.mark.slow
 def test_sampling_with_seed_is_reproducible(capsys):
     args = ["generate", "--model", SMOL, "--prompt", "Once upon a time", "--max-new-tokens", "5",
             "--temperature", "0.8", "--top-p", "0.9", "--seed", "11", "--json"]
@@ -80,6 +93,10 @@ def truncated_smollm(tmp_path):
         ("max_new", ["--model", SMOL, "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
         ("too_long", ["--model", SMOL, "--max-seq-len", "16", "--prompt", "word " * 40],
          "exceeds the context of 16 tokens"),
+        ("spec_proposer", ["--model", SMOL, "--speculative", "medusa"], "unknown proposer 'medusa' for --speculative"),
+        ("spec_budget", ["--model", SMOL, "--speculative", "ngram", "--spec-budget", "12"],
+         "tree budget must be one of 8, 16, 32, 64"),
+        ("spec_context", ["--model", SMOL, "--speculative", "ngram", "--max-seq-len", "8"], "cannot speculate"),
     ],
 )
 def test_bad_input_is_one_clear_line(capsys, tmp_path, case, extra, expected):

@@ -13,6 +13,7 @@ from specrag_jax.kernels import pages_needed
 from specrag_jax.models.packing import Chunk, bucket
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.speculative import Speculation, SpeculationStats, speculative_decode
 
 StopFn = Callable[[int, list[int]], bool]
 BetweenFn = Callable[[int, int, "GenerationResult"], tuple[int, Sequence[int]]]
@@ -37,6 +38,7 @@ class GenerationResult:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     shared_prefix_tokens: int = 0  # prompt tokens whose K/V came from pages shared with other branches
+    speculation: SpeculationStats | None = None  # decode-phase counts when the generator speculates
 
 
 @dataclasses.dataclass
@@ -64,10 +66,13 @@ def next_phase_prompt(prompt: list[int], out: list[int], between: BetweenFn | No
 class Generator:
     """Generates continuations for a batch of token prompts with one ModelRunner."""
 
-    def __init__(self, runner: ModelRunner, eos_ids: Sequence[int] = (), max_prefill_tokens: int = 512) -> None:
+    def __init__(self, runner: ModelRunner, eos_ids: Sequence[int] = (), max_prefill_tokens: int = 512,
+                 speculation: Speculation | None = None) -> None:
+        """``speculation``: decode with token-tree speculation (``speculative.py``); None = plain decoding."""
         self.runner = runner
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         self.max_prefill_tokens = max_prefill_tokens
+        self.speculation = speculation
 
     def check_prompt(self, prompt: Sequence[int], max_new_tokens: int) -> None:
         """Raise SpecRagError when a prompt is empty or does not fit the context."""
@@ -89,9 +94,14 @@ class Generator:
         sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
         max_new_tokens: int = 64,
         stop_fn: StopFn | None = None,
+        speculation: Speculation | None = None,
     ) -> list[GenerationResult]:
-        """Generate up to ``max_new_tokens`` for every prompt; pages are released however it ends."""
-        return self.generate_branches([], prompts, sampling, max_new_tokens, stop_fn)
+        """Generate up to ``max_new_tokens`` for every prompt; pages are released however it ends.
+
+        ``speculation``: decode with token-tree speculation for this call (default: the generator's own)."""
+        [results] = self.generate_phases([], prompts, [Phase(max_new_tokens, stop_fn)], sampling=sampling,
+                                         speculation=speculation)
+        return results
 
     def generate_branches(
         self,
@@ -116,13 +126,16 @@ class Generator:
         phases: Sequence["Phase"],
         between: BetweenFn | None = None,
         sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+        speculation: Speculation | None = None,
     ) -> list[list[GenerationResult]]:
         """Like ``generate_branches``, in several phases that keep each branch's K/V between them.
 
         After phase ``p`` (except the last), ``between(p, row, result)`` returns how many of the phase's
         generated tokens to keep and the tokens to force after them; the next phase prefills only those forced
-        tokens (and the last kept one). Returns one list of results per phase.
+        tokens (and the last kept one). Returns one list of results per phase. ``speculation`` as in
+        ``generate``.
         """
+        speculation = speculation or self.speculation
         if not suffixes:
             raise SpecRagError("no prompts given")
         if not phases or any(ph.max_new_tokens < 1 for ph in phases):
@@ -155,10 +168,11 @@ class Generator:
                     t0 = time.perf_counter()
                 self._prefill(seqs, phase.max_new_tokens, phase.stop_fn)
                 t1 = time.perf_counter()
-                self._decode(seqs, phase.max_new_tokens, phase.stop_fn)
+                stats = self._decode(seqs, phase.max_new_tokens, phase.stop_fn, speculation)
                 t2 = time.perf_counter()
                 out.append([GenerationResult(list(s.out), list(s.logprobs), s.finish or "length", len(s.prompt),
-                                             t1 - t0, t2 - t1, shared_prefix_tokens=shared_len) for s in seqs])
+                                             t1 - t0, t2 - t1, shared_prefix_tokens=shared_len, speculation=st)
+                            for s, st in zip(seqs, stats)])
         finally:
             for s in seqs:
                 alloc.release(s.pages)
@@ -239,20 +253,28 @@ class Generator:
             for i, tok, lp in zip(rows_seq, ids, lps):
                 self._accept(seqs[i], i, int(tok), float(lp), max_new, stop_fn)
 
-    def _decode(self, seqs: list[_Seq], max_new: int, stop_fn: StopFn | None) -> None:
+    def _decode(self, seqs: list[_Seq], max_new: int, stop_fn: StopFn | None,
+                speculation: Speculation | None) -> list[SpeculationStats | None]:
         # The batch keeps its first bucket while sequences finish: one compiled decode shape per generation.
         width = bucket(sum(s.finish is None for s in seqs))
-        while True:
-            active = [i for i, s in enumerate(seqs) if s.finish is None]
-            if not active:
-                return
-            chunks = [
-                Chunk(seqs[i].pages, len(seqs[i].prompt) + len(seqs[i].out) - 1, [seqs[i].out[-1]], rows=[0])
-                for i in active
-            ]
-            ids, lps = self._run(chunks, seqs, active, token_bucket=width, min_seqs=width)
-            for i, tok, lp in zip(active, ids, lps):
-                self._accept(seqs[i], i, int(tok), float(lp), max_new, stop_fn)
+        if speculation is None:
+            while any(s.finish is None for s in seqs):
+                self._decode_step([i for i, s in enumerate(seqs) if s.finish is None], seqs, max_new, stop_fn, width)
+            return [None] * len(seqs)
+        stats = [SpeculationStats() for _ in seqs]
+        emit = lambda i, tok, lp: self._accept(seqs[i], i, tok, lp, max_new, stop_fn)  # noqa: E731
+        plain = lambda active: self._decode_step(active, seqs, max_new, stop_fn, width)  # noqa: E731
+        speculative_decode(self.runner, seqs, max_new, speculation, width, emit, plain, stats)
+        return stats
+
+    def _decode_step(self, active: list[int], seqs: list[_Seq], max_new: int, stop_fn: StopFn | None,
+                     width: int) -> None:
+        """One plain decode step: one token for each active sequence."""
+        chunks = [Chunk(seqs[i].pages, len(seqs[i].prompt) + len(seqs[i].out) - 1, [seqs[i].out[-1]], rows=[0])
+                  for i in active]
+        ids, lps = self._run(chunks, seqs, active, token_bucket=width, min_seqs=width)
+        for i, tok, lp in zip(active, ids, lps):
+            self._accept(seqs[i], i, int(tok), float(lp), max_new, stop_fn)
 
     def warmup(self, max_prompt_len: int, max_new_tokens: int, batch_sizes: Sequence[int] = (1,)) -> int:
         """Compile every step shape that prompts up to ``max_prompt_len`` can reach; returns how many."""

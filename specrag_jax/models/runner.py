@@ -18,6 +18,8 @@ from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.packing import Chunk, PackedStep, bucket, pack_chunks
 from specrag_jax.models.sampling import sample_tokens
 from specrag_jax.models.scoring import token_logprobs
+from specrag_jax.models.spec_step import pad_trees, speculate_body
+from specrag_jax.models.spec_tree import TokenTree
 from specrag_jax.models.step_export import ExportedSteps, export_dir
 from specrag_jax.models.transformer import Decoder, logits_at, unstack_layers
 
@@ -63,8 +65,10 @@ _STATIC = ("cfg", "impl", "tree", "decode", "dtype")
 _sample_step = jax.jit(_sample_body, static_argnames=_STATIC + ("greedy_only",), donate_argnames=("pool",))
 _score_step = jax.jit(_score_body, static_argnames=_STATIC, donate_argnames=("pool",))
 _logits_step = jax.jit(_logits_body, static_argnames=_STATIC, donate_argnames=("pool",))
+_speculate_step = jax.jit(speculate_body, static_argnames=_STATIC + ("greedy_only",), donate_argnames=("pool",))
 # Sharded runs: the body, the number of per-step inputs after (params, pool), the number of outputs before the pool.
-_BODIES = {"sample": (_sample_body, 8, 2), "score": (_score_body_vocab_parallel, 4, 1), "logits": (_logits_body, 3, 1)}
+_BODIES = {"sample": (_sample_body, 8, 2), "score": (_score_body_vocab_parallel, 4, 1), "logits": (_logits_body, 3, 1),
+           "speculate": (speculate_body, 8, 4)}
 # Single-device runs through stored exports: the same, with the chunked-vocabulary scoring of ``_score_step``.
 _BODIES_UNSHARDED = {**_BODIES, "score": (_score_body, 4, 1)}
 
@@ -179,6 +183,26 @@ class ModelRunner:
         )
         return np.asarray(logits)[: step.num_rows]
 
+    def speculate(self, step: PackedStep, trees: TokenTree, temperature, top_k, top_p, seeds, steps):
+        """Verify stacked token trees [S, B] packed back to back in ``step`` (``S * B`` tokens, sequence s at
+        rows ``s * B ..``), accept per sequence and keep the accepted path's K/V contiguous (``spec_step``).
+
+        Returns numpy (path, num_accepted, tokens, logprobs) for the real sequences."""
+        s, b = trees.tokens.shape
+        s_pad = step.meta.page_table.shape[0]
+        if step.tokens.shape[0] != s_pad * b:
+            raise SpecRagError(f"a speculation step packs {s_pad} trees of {b} tokens, got {step.tokens.shape[0]}")
+        pad = lambda a, dt: np.resize(np.asarray(a, dt), s_pad)  # noqa: E731
+        temperature = pad(temperature, np.float32)
+        greedy_only = bool(np.all(temperature[:s] == 0))
+        *out, self.pool = self._run(
+            "speculate", step.tokens, step.meta, pad_trees(trees, s_pad), temperature, pad(top_k, np.int32),
+            pad(top_p, np.float32), pad(seeds, np.uint32), pad(steps, np.int32),
+            cfg=self.cfg, impl=self.attention_impl, tree=True, decode=False, greedy_only=greedy_only,
+            dtype=self.dtype,
+        )
+        return tuple(np.asarray(x)[:s] for x in out)
+
     # ---------------------------------------------------------------- sharded execution
     def _run(self, kind: str, *args, **statics):
         """One step: the shared jitted function, or (with a placement) this runner's sharded compilation."""
@@ -189,7 +213,8 @@ class ModelRunner:
                 out = exported.call(kind, body, n_out, statics, self.params, self.pool, args)
                 if out is not None:
                     return out
-            fn = {"sample": _sample_step, "score": _score_step, "logits": _logits_step}[kind]
+            fn = {"sample": _sample_step, "score": _score_step, "logits": _logits_step,
+                  "speculate": _speculate_step}[kind]
             return fn(self.params, self.pool, *args, **statics)
         fn, in_shardings = self._sharded_step(kind, args, statics)
         if not self.placement.replicated.is_fully_addressable:  # multi-process: every input as a global array

@@ -12,6 +12,7 @@ from specrag_jax.models.loading import load_model_params
 from specrag_jax.models.registry import instruction_tuned
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.speculative import Speculation, SpeculationStats
 from specrag_jax.models.tokenizer import Tokenizer, load_tokenizer
 
 
@@ -26,6 +27,7 @@ class TextResult:
     num_prompt_tokens: int
     prefill_s: float
     decode_s: float
+    speculation: SpeculationStats | None = None  # decode-phase counts when generated with speculation
 
 
 def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
@@ -101,8 +103,12 @@ class TextModel:
         sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
         max_new_tokens: int = 64,
         stop: Sequence[str] = (),
+        speculation: Speculation | None = None,
     ) -> list[TextResult]:
-        """Generate from token ids; stop strings are checked on the decoded text as tokens arrive."""
+        """Generate from token ids; stop strings are checked on the decoded text as tokens arrive.
+
+        ``speculation``: decode with token-tree speculation (same output as plain greedy decoding, fewer
+        verifier steps; sampled output keeps the model's distribution)."""
         stops = [s for s in stop if s]
         decode = self.tokenizer.decode
 
@@ -110,10 +116,14 @@ class TextModel:
             tail = decode(out[-16:])  # a stop string is short; look at the recent text only
             return any(s in tail for s in stops)
 
-        results = self.generator.generate(prompt_ids, sampling, max_new_tokens, stop_fn if stops else None)
+        stop_fn = stop_fn if stops else None
+        if speculation is None:
+            results = self.generator.generate(prompt_ids, sampling, max_new_tokens, stop_fn)
+        else:
+            results = self.generator.generate(prompt_ids, sampling, max_new_tokens, stop_fn, speculation=speculation)
         return [self._to_text(r, stops) for r in results]
 
     def _to_text(self, r: GenerationResult, stops: Sequence[str]) -> TextResult:
         text, _ = _cut_at_stop(self.tokenizer.decode(r.token_ids), stops)
         return TextResult(text, r.token_ids, r.logprobs, r.finish_reason, r.num_prompt_tokens, r.prefill_s,
-                          r.decode_s)
+                          r.decode_s, r.speculation)

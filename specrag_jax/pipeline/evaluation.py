@@ -13,9 +13,12 @@ from typing import Any, Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.drafting import Draft
+from specrag_jax.pipeline.lossless import summarize_speculation
 from specrag_jax.pipeline.selection import TERMS, ScoreOptions, best, score_drafts
 from specrag_jax.pipeline.specrag import METHODS, SpecRAG
+from specrag_jax.rerank.coarse_to_fine import summarize_rerank
 from specrag_jax.retrieval import docs_from_context
+from specrag_jax.retrieval.pooling import own_passage_recall, own_passages, passage_key
 from specrag_jax.retrieval.corpus import iter_json_lines
 
 TOKEN_KEYS = ("drafter_prefill_tokens", "drafter_decode_tokens", "verifier_prefix_tokens", "verifier_tree_tokens",
@@ -55,26 +58,42 @@ def _row_docs(row: dict) -> list[dict] | None:
     return docs_from_context(row.get("context") or []) if row.get("context") else None
 
 
-def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: bool = True) -> dict[str, Any]:
+def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: bool = True,
+             corpus: Sequence[dict] | None = None) -> dict[str, Any]:
     """Run every method on every row; returns the public JSON shape (without ``config``).
 
     The methods of one question run together (``SpecRAG.answer_methods``): speculative, drafter_only and
     random_draft share one set of drafts, and each method's latency is its own stages' time. ``latency_s``
     excludes one-time XLA compilation (``compile_s`` reports it; ``wall_s`` includes it).
+    With ``corpus`` (the documents ``rag.search`` searches) every question is answered from the corpus, not
+    its own passages, and each method that reads documents reports ``recall_own_passages``: the mean over
+    questions of the fraction of the question's own passages (by text, ``retrieval.pooling``) among the
+    ``n_docs`` documents it used (the final, reranked top). With reranking, ``rerank`` is the early-termination
+    report (``rerank.coarse_to_fine.summarize_rerank``).
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise SpecRagError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(METHODS)}")
     from tqdm import tqdm
 
+    keys = None if corpus is None else {str(d["id"]): passage_key(d) for d in corpus}
     acc: dict[str, dict[str, Any]] = {m: {"correct": [], "latency": [], "wall": [], "compile": 0.0, "by_source": {},
-                                          "tokens": {k: 0 for k in TOKEN_KEYS}, "stages": {}} for m in methods}
+                                          "tokens": {k: 0 for k in TOKEN_KEYS}, "stages": {}, "speculation": [],
+                                          "recall": [], "rerank": []} for m in methods}
     predictions = []
     verified: list[tuple[list[Draft], list[str]]] = []
     for row in tqdm(rows, desc="questions", disable=not progress, unit="q"):
-        answers = rag.answer_methods(row["question"], _row_docs(row), methods)
+        answers = rag.answer_methods(row["question"], _row_docs(row) if keys is None else None, methods)
         for method, result in answers.items():
             a = acc[method]
+            recall = None
+            if keys is not None and method != "closed_book":
+                used = [keys.get(str(i), "") for i in result.trace.get("documents", [])]
+                recall = own_passage_recall(own_passages(row), used)
+                if recall is not None:
+                    a["recall"].append(recall)
+            if "rerank" in result.trace:
+                a["rerank"].append(result.trace["rerank"])
             ok = is_correct(result.answer, row["ground_truth"])
             total, compile_s = float(result.trace["total_s"]), float(result.trace.get("compile_s", 0.0))
             a["correct"].append(ok)
@@ -85,6 +104,8 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
             for k in TOKEN_KEYS:
                 a["tokens"][k] += int(result.trace.get(k, 0))
             stages = stage_seconds(result.trace)
+            if "speculation" in result.trace:
+                a["speculation"].append(result.trace["speculation"])
             for k, v in stages.items():
                 a["stages"].setdefault(k, []).append(v)
             predictions.append({"method": method, "question_id": row.get("question_id"),
@@ -92,6 +113,10 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
                                 "latency_s": a["latency"][-1], "compile_s": compile_s, "stages_s": stages,
                                 "confidence": result.trace.get("confidence"),
                                 "consensus": bool(result.trace.get("consensus", False)),
+                                "path": result.trace.get("path"), "speculation": result.trace.get("speculation"),
+                                "verifier_decode_s": result.trace.get("verifier_decode_s"),
+                                "documents": result.trace.get("documents"), "recall_own_passages": recall,
+                                "rerank": result.trace.get("rerank"),
                                 "drafts": [d.to_dict() for d in result.drafts]})
             if method == "speculative":
                 verified.append((result.drafts, row["ground_truth"]))
@@ -109,16 +134,23 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
             "stages_s": {k: sum(v) / len(rows) for k, v in sorted(a["stages"].items())},
             "tokens": {**tokens, "total": sum(tokens.values()), "per_question": sum(tokens.values()) / len(rows)},
         }
+        if method == "lossless" or a["speculation"]:  # lossless, and the speculative method's lossless fallbacks
+            out["methods"][method]["speculation"] = summarize_speculation(a["speculation"])
+        if keys is not None and method != "closed_book":
+            out["methods"][method]["recall_own_passages"] = sum(a["recall"]) / len(a["recall"]) if a["recall"] else None
+        if a["rerank"]:
+            out["methods"][method]["rerank"] = summarize_rerank(a["rerank"])
     if verified:
         out["ablations"] = score_ablations(verified)
     return out
 
 
-STAGE_KEYS = ("retrieval_s", "clustering_s", "drafting_s", "verification_s", "generation_s")
+STAGE_KEYS = ("retrieval_s", "rerank_s", "clustering_s", "drafting_s", "verification_s", "generation_s")
 
 
 def stage_seconds(trace: dict[str, Any]) -> dict[str, float]:
-    """The per-stage seconds a method's trace recorded (retrieval, clustering, drafting, verification, generation)."""
+    """The per-stage seconds a method's trace recorded (retrieval, rerank, clustering, drafting, verification,
+    generation)."""
     return {k: float(trace[k]) for k in STAGE_KEYS if k in trace}
 
 

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from typing import Sequence
+
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.reranking import Scorer
 from specrag_jax.pipeline.specrag import RAGConfig, SearchFn, SpecRAG, SubsetFn
+from specrag_jax.rerank.kv_store import DocKVStore
+from specrag_jax.rerank.reranker import Reranker
 from specrag_jax.retrieval import Embedder, LexicalIndex, default_corpus, kmeans, load_corpus, sample_subsets
 
 DEFAULT_DRAFTER = "smollm2-135m-instruct"
@@ -35,25 +41,75 @@ def lexical_search(index: LexicalIndex) -> SearchFn:
     return search
 
 
+RERANK_CACHE_DOCS = 64  # documents whose K/V a kv-mode Reranker keeps in pages between questions
+RERANK_DOC_SLACK = 128  # tokens of judging instruction, chat template and title beside max_doc_tokens
+
+
+def reranker_pages(config: RAGConfig, page_size: int = 16) -> int:
+    """KV pages a Reranker may hold in its model's pool: its cached documents plus one group's (kv mode)."""
+    if config.rerank != "kv":
+        return 0
+    return (RERANK_CACHE_DOCS + config.rerank_group) * -(-(config.max_doc_tokens + RERANK_DOC_SLACK) // page_size)
+
+
+def pool_pages(max_batch: int, max_seq_len: int, extra: int = 0, page_size: int = 16) -> int:
+    """TextModel.load's default pool (``max_batch`` full sequences) plus ``extra`` pages."""
+    return max_batch * -(-max_seq_len // page_size) + 1 + extra
+
+
+def reranker_role(config: RAGConfig, drafter: str, verifier: str) -> str | None:
+    """The role ("drafter" or "verifier") whose loaded model is the reranker; None for another model."""
+    name = config.reranker or "drafter"
+    return "drafter" if name in ("drafter", drafter) else "verifier" if name in ("verifier", verifier) else None
+
+
+def build_reranker(config: RAGConfig, model: TextModel, kv_dir=None) -> Scorer | None:
+    """None without reranking; else a Reranker on ``model`` in ``config.rerank`` mode ("kv": with a DocKVStore
+    in ``kv_dir``; None: the store's default, ``<cache root>/doc_kv``)."""
+    if config.rerank == "none":
+        return None
+    store = DocKVStore(kv_dir, model) if config.rerank == "kv" else None
+    return Reranker(model, store=store, mode=config.rerank, max_doc_tokens=config.max_doc_tokens,
+                    cache_docs=RERANK_CACHE_DOCS)
+
+
 def build_specrag(
     drafter: str = DEFAULT_DRAFTER,
     verifier: str = DEFAULT_VERIFIER,
-    corpus: str | None = None,
+    corpus: str | os.PathLike | Sequence[dict] | None = None,
     config: RAGConfig | None = None,
     max_seq_len: int = 2048,
     drafter_placement=None,
     verifier_placement=None,
+    kv_dir: str | os.PathLike | None = None,
 ) -> SpecRAG:
-    """Load both models and a BM25 index over ``corpus`` (the built-in default corpus when None).
+    """Load both models, a BM25 index over ``corpus`` (a path or documents; None: the built-in corpus) and,
+    when ``config.rerank`` is not "none", the reranker (on the drafter unless ``config.reranker`` names a model).
 
     ``*_placement``: optional ``specrag_jax.parallel.Placement`` per model (a device mesh; disjoint meshes let
-    drafting and verification run on separate devices)."""
+    drafting and verification run on separate devices). ``kv_dir``: the document K/V store (``--rerank kv``;
+    default ``cache_root()/doc_kv``, where ``specrag index`` writes). A reranker on the drafter or verifier
+    shares its page pool, which gets ``reranker_pages`` more pages for the reranker's cached documents."""
     config = config or RAGConfig()
     config.check()
+    role = reranker_role(config, drafter, verifier) if config.rerank != "none" else None
+    extra = reranker_pages(config)  # a shared model's pool also holds the reranker's pages
+    pages = {r: pool_pages(b, max_seq_len, extra) if role == r else None for r, b in (("drafter", max(config.m, 1)),
+                                                                                      ("verifier", 2))}
     drafter_model = TextModel.load(drafter, max_seq_len=max_seq_len, max_batch=max(config.m, 1),
-                                   placement=drafter_placement)
-    verifier_model = TextModel.load(verifier, max_seq_len=max_seq_len, max_batch=2, placement=verifier_placement)
-    docs = default_corpus() if corpus is None else load_corpus(corpus)
+                                   num_pages=pages["drafter"], placement=drafter_placement)
+    verifier_model = TextModel.load(verifier, max_seq_len=max_seq_len, max_batch=2, num_pages=pages["verifier"],
+                                    placement=verifier_placement)
+    if corpus is None or isinstance(corpus, (str, os.PathLike)):
+        docs = default_corpus() if corpus is None else load_corpus(corpus)
+    else:
+        docs = list(corpus)
     index = LexicalIndex.build(docs)
+    scorer = None
+    if config.rerank != "none":
+        model = {"drafter": drafter_model, "verifier": verifier_model}.get(role) or TextModel.load(
+            config.reranker, max_seq_len=max_seq_len, placement=drafter_placement,
+            num_pages=pool_pages(1, max_seq_len, extra))
+        scorer = build_reranker(config, model, kv_dir)
     return SpecRAG(drafter_model, verifier_model, subsets=clustered_subsets(Embedder(drafter_model)),
-                   search=lexical_search(index), config=config)
+                   search=lexical_search(index), config=config, reranker=scorer)

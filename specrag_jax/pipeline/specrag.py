@@ -2,14 +2,17 @@
 
 speculative: retrieve -> question-conditioned embeddings -> k-means -> m subsets -> m drafts in one batched
 generation -> one packed verifier pass -> rho = rho_draft * rho_SC * rho_SR -> best draft, with the consensus
-fast path and the tau_min fallback. Baselines in the same API: standard (all documents in the verifier's
-prompt), closed_book, drafter_only (best rho_draft), random_draft (no verification).
+fast path and the tau_min fallback (which regenerates through the lossless path, reusing the drafts). Baselines
+in the same API: standard (all documents in the verifier's prompt), closed_book, drafter_only (best rho_draft),
+random_draft (no verification). lossless: the standard answer decoded with token-tree speculation over the
+drafts and n-grams (``lossless.py``): the same output, fewer verifier steps.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import random
 import time
 from typing import Any, Callable, Sequence
@@ -19,13 +22,15 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
+from specrag_jax.pipeline.lossless import check_lossless, lossless_speculation, needs_drafts, speculation_trace
 from specrag_jax.pipeline.prompts import first_line
+from specrag_jax.pipeline.reranking import Scorer, check_rerank, rerank_documents
 from specrag_jax.pipeline.selection import ScoreOptions, best, confidence, consensus, score_drafts
 from specrag_jax.pipeline.verification import verify_drafts
 from specrag_jax.pipeline.verifier_prompts import answer_prompt, check_prompt_form, use_chat
 from specrag_jax.progress import NO_PROGRESS, Progress
 
-METHODS = ("speculative", "standard", "closed_book", "drafter_only", "random_draft")
+METHODS = ("speculative", "standard", "closed_book", "drafter_only", "random_draft", "lossless")
 SubsetFn = Callable[[str, list[dict], int, int, int], tuple[list[list[int]], dict]]
 SearchFn = Callable[[str, int], list[dict]]
 
@@ -44,6 +49,14 @@ class RAGConfig:
     consensus: bool = True
     seed: int = 0
     verifier_prompt: str = "auto"  # "chat" | "plain" | "auto" (chat for an instruction-tuned verifier)
+    proposer: str = "both"  # lossless mode's proposer: "ngram" | "drafts" | "both"
+    tree_budget: int = 16  # lossless mode's largest token tree per verifier step (8, 16, 32 or 64)
+    lossless_fallback: bool = True  # the tau_min "standard" fallback decodes through the lossless path
+    rerank: str = "none"  # "none" | "kv" (stored document K/V) | "recompute" (pipeline/reranking.py)
+    reranker: str | None = None  # the reranker's model name; None = the drafter
+    n_coarse: int = 50  # coarse (BM25) candidates reranked when the question comes without passages
+    rerank_group: int = 10  # candidates the fine reranker scores per group
+    rerank_patience: int = 2  # stop once the fine top-n_docs set is unchanged this many groups (math.inf: never)
 
     def check(self) -> None:
         if self.n_docs < 1:
@@ -55,6 +68,8 @@ class RAGConfig:
         if self.fallback not in ("standard", "unanswerable"):
             raise SpecRagError(f"fallback must be 'standard' or 'unanswerable' (got {self.fallback!r})")
         check_prompt_form(self.verifier_prompt)
+        check_lossless(self.proposer, self.tree_budget)
+        check_rerank(self.rerank, self.reranker, self.n_coarse, self.rerank_group, self.rerank_patience)
         if self.tau_min is not None and not 0.0 <= self.tau_min <= 1.0:
             raise SpecRagError(f"tau_min must be in [0, 1] (got {self.tau_min})")
 
@@ -80,12 +95,15 @@ class SpecRAG:
 
     def __init__(self, drafter: TextModel, verifier: TextModel, *, subsets: SubsetFn,
                  search: SearchFn | None = None, config: RAGConfig | None = None,
-                 progress: Progress | None = None) -> None:
-        self.drafter, self.verifier = drafter, verifier
+                 progress: Progress | None = None, reranker: Scorer | None = None) -> None:
+        self.drafter, self.verifier, self.reranker = drafter, verifier, reranker
         self.progress = progress or NO_PROGRESS  # stage callbacks (specrag_jax.progress); silent by default
         self.subsets_fn, self.search = subsets, search
         self.config = config or RAGConfig()
         self.config.check()
+        if self.config.rerank != "none" and reranker is None:
+            raise SpecRagError(f"rerank {self.config.rerank!r} needs a reranker (SpecRAG(..., reranker=...); "
+                               f"build_specrag builds one)")
 
     def answer(self, question: str, docs: Sequence[dict | str] | None = None, method: str = "speculative") -> RAGAnswer:
         """Answer ``question`` from ``docs`` (or the search function's top ``n_docs``) with ``method``."""
@@ -121,8 +139,8 @@ class SpecRAG:
         with CompileClock() as clock:
             t0 = time.perf_counter()
             shared: dict[str, Any] = {"notes": []}
-            docs = self._documents(question, docs, shared["notes"])
-            shared["retrieval_s"] = time.perf_counter() - t0
+            docs = self._documents(question, docs, shared["notes"], shared)
+            shared["retrieval_s"] = time.perf_counter() - t0 - shared.get("rerank_s", 0.0)
         shared["compile_s"] = clock.seconds
         self.progress.end("retrieval", shared["retrieval_s"],
                           f"{len(docs)} {'given' if given else 'retrieved'} passages")
@@ -131,16 +149,19 @@ class SpecRAG:
             out["standard"] = self._timed(lambda tr, t: self._generate_answer(question, docs, "standard", tr, t),
                                           shared, t0)
             self._report_answer("standard RAG answer", out["standard"].trace)
-        drafting = [m for m in rest if m != "standard"]
+        if "lossless" in rest and not needs_drafts(self.config.proposer):
+            out["lossless"] = self._timed(lambda tr, t: self._lossless(question, docs, [], tr, t), shared, t0)
+        drafting = [m for m in rest if m != "standard" and (m != "lossless" or "lossless" not in out)]
         if drafting:
             with CompileClock() as clock:
                 t = time.perf_counter()
                 drafts = self._draft(question, docs, shared)
             shared["compile_s"] += clock.seconds
-            spent = time.perf_counter() - t + shared["retrieval_s"]
+            spent = time.perf_counter() - t + shared["retrieval_s"] + shared.get("rerank_s", 0.0)
             for m in drafting:
                 own = copy.deepcopy(drafts) if len(drafting) > 1 else drafts
-                out[m] = self._timed(lambda tr, t, m=m, own=own: self._select(question, docs, m, own, tr, t),
+                run = self._lossless if m == "lossless" else functools.partial(self._select, method=m)
+                out[m] = self._timed(lambda tr, t, run=run, own=own: run(question, docs, own, tr, t),
                                      shared, time.perf_counter() - spent)
         return {m: out[m] for m in methods}
 
@@ -162,25 +183,39 @@ class SpecRAG:
         result.trace["compile_s"] = shared["compile_s"] + clock.seconds
         return result
 
-    def _documents(self, question: str, docs: Sequence[dict | str] | None, notes: list[str]) -> list[dict]:
+    def _documents(self, question: str, docs: Sequence[dict | str] | None, notes: list[str],
+                   trace: dict | None = None) -> list[dict]:
+        """The ``n_docs`` documents the methods read: given or searched, reranked when ``config.rerank``."""
         cfg = self.config
         if docs is None:
             if self.search is None:
                 raise SpecRagError("no documents given and no corpus to search")
-            docs = self.search(question, cfg.n_docs)
+            docs = self.search(question, cfg.n_docs if cfg.rerank == "none" else cfg.n_coarse)
         docs = [d if isinstance(d, dict) else {"id": str(i), "title": "", "text": d} for i, d in enumerate(docs)]
         docs = [{**d, "id": str(d.get("id", i))} for i, d in enumerate(docs)]
         if not docs:
             raise SpecRagError("no documents: the question came without passages and the search found none")
+        if cfg.rerank != "none":
+            docs = rerank_documents(question, docs, self.reranker, cfg, {} if trace is None else trace, self.progress)
+        if trace is not None:
+            trace["documents"] = [d["id"] for d in docs[: cfg.n_docs]]
         return truncate_docs(self.drafter, docs[: cfg.n_docs], cfg.max_doc_tokens, notes)
 
-    def _generate_answer(self, question: str, docs: list[dict], method: str, trace: dict, t0: float) -> RAGAnswer:
+    def _generate_answer(self, question: str, docs: list[dict], method: str, trace: dict, t0: float,
+                         drafts: Sequence[Draft] | None = None) -> RAGAnswer:
+        """The verifier's answer from all ``docs``; with ``drafts`` (lossless) decoded with speculation."""
         prompt = answer_prompt(self.verifier.tokenizer, question, docs, self.verifier_chat)
         t = time.perf_counter()
+        speculation = None
+        if drafts is not None:
+            speculation = lossless_speculation(self.verifier.tokenizer, drafts, self.config.proposer,
+                                               self.config.tree_budget)
         [res] = self.verifier.generate_ids([self.verifier.tokenizer.encode_rendered(prompt)], SamplingParams(),
-                                           self.config.max_answer_tokens, stop=["\n"])
+                                           self.config.max_answer_tokens, stop=["\n"], speculation=speculation)
         trace.update(generation_s=time.perf_counter() - t, verifier_prefill_tokens=res.num_prompt_tokens,
-                     verifier_decode_tokens=len(res.token_ids))
+                     verifier_decode_tokens=len(res.token_ids), verifier_decode_s=res.decode_s)
+        if speculation is not None:
+            trace["speculation"] = speculation_trace(res.speculation)
         trace["total_s"] = time.perf_counter() - t0
         return RAGAnswer(first_line(res.text), "", [d["id"] for d in docs], [], trace, method)
 
@@ -203,8 +238,18 @@ class SpecRAG:
                           f"{stats.get('drafter_decode_tokens', 0)} new tokens")
         return drafts
 
-    def _select(self, question: str, docs: list[dict], method: str, drafts: list[Draft], trace: dict,
-                t0: float) -> RAGAnswer:
+    def _lossless(self, question: str, docs: list[dict], drafts: list[Draft], trace: dict, t0: float) -> RAGAnswer:
+        self.progress.start("lossless answer")
+        result = self._generate_answer(question, docs, "lossless", trace, t0, drafts=drafts)
+        result.drafts = drafts
+        spec = trace["speculation"]
+        self.progress.end("lossless answer", trace.get("generation_s", 0.0),
+                          f"{trace.get('verifier_decode_tokens', 0)} new tokens in {spec['steps']} decode steps "
+                          f"({spec['accepted_tokens_per_step']:.2f} per step)")
+        return result
+
+    def _select(self, question: str, docs: list[dict], drafts: list[Draft], trace: dict, t0: float, *,
+                method: str) -> RAGAnswer:
         cfg = self.config
         if method == "random_draft":
             chosen = random.Random(cfg.seed).choice(drafts)
@@ -213,6 +258,7 @@ class SpecRAG:
             chosen = best(drafts)
         elif cfg.consensus and consensus(drafts):
             trace["consensus"] = True
+            trace["path"] = "consensus"
             self.progress.note("verification: skipped, all drafts agree")
             score_drafts(drafts, ScoreOptions(cfg.scores.normalize, ("draft",), cfg.scores.sr))
             chosen = best(drafts)
@@ -228,12 +274,15 @@ class SpecRAG:
             if cfg.tau_min is not None and conf < cfg.tau_min:
                 trace["fallback"] = cfg.fallback
                 self.progress.note(f"confidence {conf:.2f} < tau_min {cfg.tau_min}: {cfg.fallback} fallback")
+                trace["path"] = "fallback"
                 if cfg.fallback == "standard":
-                    fb = self._generate_answer(question, docs, method, trace, t0)
+                    reuse = drafts if cfg.lossless_fallback else None  # the lossless path: the same answer
+                    fb = self._generate_answer(question, docs, method, trace, t0, drafts=reuse)
                     fb.drafts = drafts
                     return fb
                 trace["total_s"] = time.perf_counter() - t0
                 return RAGAnswer("unanswerable", "", [], drafts, trace, method)
         trace["chosen_draft"] = chosen.index
+        trace.setdefault("path", "verified_draft" if method == "speculative" else method)
         trace["total_s"] = time.perf_counter() - t0
         return RAGAnswer(chosen.answer, chosen.rationale, chosen.doc_ids, drafts, trace, method)

@@ -17,6 +17,7 @@ import numpy as np
 
 from specrag_jax.models.generation import BetweenFn, GenerationResult, Phase
 from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.speculative import Speculation
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.serving.engine import Engine
 from specrag_jax.serving.requests import Request, RequestCancelled, RequestTimeout, StopFn, Tree
@@ -90,22 +91,24 @@ class EngineGenerator:
         self.engine._checker.check_prompt(prompt, max_new_tokens)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling=SamplingParams(), max_new_tokens: int = 64,
-                 stop_fn: StopFn | None = None) -> list[GenerationResult]:
-        return self.generate_branches([], prompts, sampling, max_new_tokens, stop_fn)
+                 stop_fn: StopFn | None = None, speculation: Speculation | None = None) -> list[GenerationResult]:
+        return self.generate_branches([], prompts, sampling, max_new_tokens, stop_fn, speculation)
 
     def generate_branches(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], sampling=SamplingParams(),
-                          max_new_tokens: int = 64, stop_fn: StopFn | None = None) -> list[GenerationResult]:
+                          max_new_tokens: int = 64, stop_fn: StopFn | None = None,
+                          speculation: Speculation | None = None) -> list[GenerationResult]:
+        """``speculation``: decode with token trees in the engine (as ``Generator.generate``'s)."""
         self.ctx.emit({"event": "stage", "stage": f"{self.role}_generate", "branches": len(suffixes)})
         return self.ctx.wait(lambda t: self.engine.submit_generate(prefix, suffixes, sampling, max_new_tokens,
-                                                                   stop_fn, timeout=t))
+                                                                   stop_fn, timeout=t, speculation=speculation))
 
     def generate_phases(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], phases: Sequence[Phase],
-                        between: BetweenFn | None = None,
-                        sampling=SamplingParams()) -> list[list[GenerationResult]]:
+                        between: BetweenFn | None = None, sampling=SamplingParams(),
+                        speculation: Speculation | None = None) -> list[list[GenerationResult]]:
         self.ctx.emit({"event": "stage", "stage": f"{self.role}_generate", "branches": len(suffixes),
                        "phases": len(phases)})
         return self.ctx.wait(lambda t: self.engine.submit_phases(prefix, suffixes, phases, between, sampling,
-                                                                 timeout=t))
+                                                                 timeout=t, speculation=speculation))
 
     def score_tree(self, prefix: Sequence[int], tokens: Sequence[int], parents: Sequence[int],
                    positions: Sequence[int], rows: Sequence[int], targets: Sequence[int]) -> np.ndarray:

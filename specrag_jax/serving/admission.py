@@ -1,8 +1,10 @@
 """Admission: turn a queued request into sequences with reserved pages, or leave it queued.
 
-Every sequence reserves its worst case (prompt + max_new_tokens) up front, minus the pages the prefix cache
-already holds, so an admitted request never runs out of pages mid-way; cache-only pages are evicted (LRU)
-to make room. Nothing is admitted that the pool cannot hold.
+Every sequence reserves its worst case (prompt + max_new_tokens, plus ``max_budget`` tree slots when the
+request speculates: a token tree is written at slots kv_len .. kv_len + B - 1, past the sequence's end; at
+most the context) up front, minus the pages the prefix cache already holds, so an admitted request never
+runs out of pages mid-way; cache-only pages are evicted (LRU) to make room. Nothing is admitted that the
+pool cannot hold.
 """
 
 from __future__ import annotations
@@ -12,14 +14,25 @@ from specrag_jax.serving.prefix_cache import PrefixCache
 from specrag_jax.serving.requests import Request, Seq
 
 
-def worst_case_pages(req: Request, page_size: int) -> int:
+def worst_case_pages(req: Request, page_size: int, max_seq_len: int | None = None) -> int:
     """Pages the request needs with an empty cache (to refuse what can never fit)."""
     if req.kind == "score":
         return pages_needed(len(req.prefix), page_size)
     aligned = _shared_len(req, page_size)
     return aligned // page_size + sum(
-        pages_needed(len(req.prefix) + len(s) + req.max_new_tokens, page_size) - aligned // page_size
+        pages_needed(seq_slots(req, len(req.prefix) + len(s), max_seq_len), page_size) - aligned // page_size
         for s in req.suffixes)
+
+
+def seq_slots(req: Request, prompt_len: int, max_seq_len: int | None = None) -> int:
+    """K/V slots reserved for one sequence of ``req``: prompt, new tokens and, when it speculates, the slots of
+    its largest token tree (capped at the context)."""
+    slots = prompt_len + req.max_new_tokens
+    if req.speculation is not None:
+        slots += req.speculation.max_budget
+        if max_seq_len is not None:
+            slots = max(min(slots, max_seq_len), prompt_len + req.max_new_tokens)
+    return slots
 
 
 def _shared_len(req: Request, page_size: int) -> int:
@@ -33,8 +46,9 @@ def _shared_len(req: Request, page_size: int) -> int:
 class Admitter:
     """Reserves pages for requests against one allocator and prefix cache."""
 
-    def __init__(self, allocator: PageAllocator, cache: PrefixCache, page_size: int) -> None:
-        self.alloc, self.cache, self.ps = allocator, cache, page_size
+    def __init__(self, allocator: PageAllocator, cache: PrefixCache, page_size: int,
+                 max_seq_len: int | None = None) -> None:
+        self.alloc, self.cache, self.ps, self.max_seq_len = allocator, cache, page_size, max_seq_len
 
     def _reserve(self, need: int) -> bool:
         if need > self.alloc.num_free:
@@ -64,7 +78,8 @@ class Admitter:
             return self._admit_group(req, aligned)
         prompts = [req.prefix + list(s) for s in req.suffixes]
         hits = [(len(p), self.cache.match(p, (len(p) - 1) // ps)) for p in prompts]
-        needs = [pages_needed(len(p) + req.max_new_tokens, ps) - len(h) for p, (_, h) in zip(prompts, hits)]
+        needs = [pages_needed(seq_slots(req, len(p), self.max_seq_len), ps) - len(h)
+                 for p, (_, h) in zip(prompts, hits)]
         if not self._reserve(sum(needs)):
             self._undo(hits)
             return False
@@ -87,7 +102,7 @@ class Admitter:
             own_hits.append(h)
         shared_users = sum(h is None for h in own_hits)
         hit = self.cache.match(req.prefix[:aligned], npre) if shared_users else []
-        own = [pages_needed(len(p) + req.max_new_tokens, ps) - (len(h) if h is not None else npre)
+        own = [pages_needed(seq_slots(req, len(p), self.max_seq_len), ps) - (len(h) if h is not None else npre)
                for p, h in zip(prompts, own_hits)]
         if not self._reserve((npre - len(hit) if shared_users else 0) + sum(own)):
             self._undo([(aligned, hit)] + [(len(p), h) for p, h in zip(prompts, own_hits) if h is not None])

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import logging
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -21,10 +22,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from specrag_jax.errors import SpecRagError
 from specrag_jax.serving.adapter import RequestContext
 from specrag_jax.serving.metrics import Metrics
-from specrag_jax.serving.openai_api import OpenAIHandlers, queued_until_done, sse, until_done_or_gone
+from specrag_jax.serving.openai_api import OpenAIHandlers, abandon, queued_until_done, sse, until_done_or_gone
 from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout
 from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, RagRequest
 from specrag_jax.serving.service import Service
+
+log = logging.getLogger(__name__)
 
 
 def _error(status: int, message: str, kind: str, headers: dict | None = None) -> JSONResponse:
@@ -164,13 +167,14 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
         docs = None if body.documents is None else [
             d if isinstance(d, str) else {**d.model_dump(), "id": str(d.id)} for d in body.documents]
         future = asyncio.wrap_future(service.submit(service.rag, body.question, docs, body.method, ctx,
-                                                    m=body.m, k=body.k))
+                                                    **body.rag_options()))
         if not body.stream:
             try:
                 answer = await until_done_or_gone(request, future, ctx.cancel)
             finally:
                 if not future.done():
                     ctx.cancel()
+                abandon(future)
             metrics.observe_trace(answer.trace)
             return answer.to_dict()
         return StreamingResponse(_rag_stream(future, queue, ctx, metrics), media_type="text/event-stream",
@@ -196,4 +200,6 @@ async def _rag_stream(future, queue: asyncio.Queue, ctx: RequestContext, metrics
         yield sse("[DONE]")
     finally:
         if not future.done():
-            ctx.cancel()  # client gone mid-stream
+            ctx.cancel()  # client gone mid-stream: the pipeline's engine work is cancelled, its pages return
+            log.info("rag request cancelled by the client")
+        abandon(future)

@@ -32,6 +32,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-body-bytes", type=int, default=1 << 20)
     p.add_argument("--no-prefix-cache", action="store_true")
     p.add_argument("--no-backpressure", action="store_true")
+    p.add_argument("--speculative", default="none", metavar="PROPOSER",
+                   help="completions and chat completions decode with token-tree speculation: none (default) or "
+                        "ngram (prompt lookup); the output is the model's own (greedy: identical)")
+    p.add_argument("--spec-budget", type=int, default=16, help="largest token tree per step: 8, 16, 32 or 64")
     p.add_argument("--n-docs", type=int, default=10)
     p.add_argument("--m", type=int, default=5, help="default number of drafts")
     p.add_argument("--k", type=int, default=2, help="default number of clusters")
@@ -42,6 +46,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compile-cache", default=None,
                    help="persistent XLA compilation cache directory (default ~/.cache/specrag_jax/xla, shared with ask/eval/generate; 'none' = off)")
     p.add_argument("--log-level", default="warning")
+    from specrag_jax.rerank.options import add_rerank_arguments
+
+    add_rerank_arguments(p)  # /v1/rag's defaults; with --rerank none the server loads no reranker
     from specrag_jax.parallel.cli import add_mesh_arguments
 
     add_mesh_arguments(p)
@@ -63,6 +70,7 @@ def build_service(args: argparse.Namespace):
     """Models, engines and the RAG resources for ``args`` (not started)."""
     from specrag_jax.pipeline.factory import clustered_subsets, lexical_search
     from specrag_jax.pipeline.specrag import RAGConfig
+    from specrag_jax.rerank.options import rerank_fields
     from specrag_jax.retrieval import Embedder, LexicalIndex, default_corpus, load_corpus
     from specrag_jax.serving.policy import SchedulerConfig
     from specrag_jax.serving.service import ServeConfig, Service
@@ -73,14 +81,14 @@ def build_service(args: argparse.Namespace):
             raise SpecRagError(f"--{flag.replace('_', '-')} must be >= 1 (got {getattr(args, flag)})")
     if args.request_timeout <= 0:
         raise SpecRagError(f"--request-timeout must be > 0 (got {args.request_timeout})")
-    rag = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k)
+    rag = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k, **rerank_fields(args))
     rag.check()
     config = ServeConfig(
         request_timeout=args.request_timeout, max_inflight=args.max_inflight, max_waiting=args.max_waiting,
         max_body_bytes=args.max_body_bytes, api_key=args.api_key, prefix_cache=not args.no_prefix_cache,
         scheduler=SchedulerConfig(token_budget=args.token_budget, max_running=args.max_running,
                                   max_queue=max(args.max_inflight * 4, 16), backpressure=not args.no_backpressure),
-        rag=rag,
+        rag=rag, speculative=args.speculative, spec_budget=args.spec_budget,
     )
     from specrag_jax.parallel.cli import placements_from_args
 
@@ -90,7 +98,22 @@ def build_service(args: argparse.Namespace):
                                                                      placement=placements.verifier)
     docs = default_corpus() if args.corpus is None else load_corpus(args.corpus)
     return Service(drafter, verifier, subsets=clustered_subsets(Embedder(drafter)),
-                   search=lexical_search(LexicalIndex.build(docs)), config=config)
+                   search=lexical_search(LexicalIndex.build(docs)), config=config,
+                   reranker=_reranker_factory(args, rag, placements.drafter))
+
+
+def _reranker_factory(args: argparse.Namespace, rag, placement):
+    """None with ``--rerank none``; else mode -> Reranker on its own copy of the reranker model (an engine's
+    model is stepped by that engine's thread, so the reranker never shares it)."""
+    if rag.rerank == "none":
+        return None
+    import dataclasses
+
+    from specrag_jax.pipeline.factory import build_reranker
+
+    name = {"drafter": args.drafter, "verifier": args.verifier}.get(rag.reranker or "drafter", rag.reranker)
+    model = _load(name, args, seed={args.verifier: 2, args.drafter: 1}.get(name, 3), placement=placement)
+    return lambda mode: build_reranker(dataclasses.replace(rag, rerank=mode), model)
 
 
 def serve_main(args: argparse.Namespace) -> int:

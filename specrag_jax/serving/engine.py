@@ -3,8 +3,9 @@
 A background thread repeatedly (1) drops cancelled and timed-out requests, (2) admits queued requests whose
 pages fit (``admission.py``), (3) gathers the ready work of every running request -- decode tokens, prefill
 chunks, verification trees -- into one ragged batch under the token budget, (4) runs ONE jitted step on the
-model's ``ModelRunner`` (``pack`` pads to buckets) and (5) hands results back through futures. Sampling
-steps and scoring steps alternate when both kinds of work wait (the runner has one program per kind).
+model's ``ModelRunner`` (``pack`` pads to buckets) and (5) hands results back through futures. Sampling,
+speculation (token trees, ``spec_steps.py``) and scoring steps take turns when several kinds of work wait
+(the runner has one program per kind).
 Callers on other threads only enqueue, cancel and read counters.
 """
 
@@ -21,6 +22,7 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.generation import BetweenFn, GenerationResult, Generator, Phase
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.speculative import Speculation, SpeculationStats, check_can_speculate
 from specrag_jax.serving.admission import Admitter, worst_case_pages
 from specrag_jax.serving.policy import Backpressure, SchedulerConfig
 from specrag_jax.serving.prefix_cache import PrefixCache
@@ -42,7 +44,7 @@ class Engine:
         self.config = config or SchedulerConfig()
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         self.cache = PrefixCache(runner.allocator, runner.page_size, enabled=prefix_cache)
-        self.admitter = Admitter(runner.allocator, self.cache, runner.page_size)
+        self.admitter = Admitter(runner.allocator, self.cache, runner.page_size, runner.max_seq_len)
         self.backpressure = Backpressure(self.config)
         self._checker = Generator(runner, eos_ids)
         self._on_stage = on_stage
@@ -69,11 +71,13 @@ class Engine:
     def started(self) -> bool:
         return self._thread is not None
 
-    def warmup(self, level: str = "full", sampled: bool = True, score: bool = True):
-        """Compile the step shapes this engine can reach (``serving.warmup``); before ``start()``."""
+    def warmup(self, level: str = "full", sampled: bool = True, score: bool = True,
+               spec_budget: int | None = None):
+        """Compile the step shapes this engine can reach (``serving.warmup``; ``spec_budget``: also speculation
+        steps with trees up to that budget); before ``start()``."""
         from specrag_jax.serving.warmup import warmup
 
-        return warmup(self, level, sampled, score)
+        return warmup(self, level, sampled, score, spec_budget=spec_budget)
 
     def stop(self, drain: bool = True, timeout: float | None = None) -> None:
         """Refuse new work; with ``drain`` finish what is queued and running, else cancel it; join the loop."""
@@ -97,14 +101,21 @@ class Engine:
     def submit_generate(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]],
                         sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
                         max_new_tokens: int = 64, stop_fn: StopFn | None = None, on_token: TokenFn | None = None,
-                        timeout: float | None = None) -> Request:
-        """Queue a continuation of ``prefix + suffix`` for every suffix (shared prefix pages, one group)."""
+                        timeout: float | None = None, speculation: Speculation | None = None) -> Request:
+        """Queue a continuation of ``prefix + suffix`` for every suffix (shared prefix pages, one group).
+
+        ``speculation``: decode with token trees (as ``Generator``'s; greedy output is the same)."""
         if max_new_tokens < 1:
             raise SpecRagError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
-        return self._enqueue(self._generate_request(prefix, suffixes, sampling, max_new_tokens, stop_fn, on_token),
-                             timeout)
+        return self._enqueue(self._generate_request(prefix, suffixes, sampling, max_new_tokens, stop_fn, on_token,
+                                                    speculation), timeout)
 
-    def _generate_request(self, prefix, suffixes, sampling, max_new_tokens: int, stop_fn, on_token) -> Request:
+    def _generate_request(self, prefix, suffixes, sampling, max_new_tokens: int, stop_fn, on_token,
+                          speculation: Speculation | None = None) -> Request:
+        if speculation is not None:
+            if not isinstance(speculation, Speculation):
+                raise SpecRagError(f"speculation must be a Speculation (got {type(speculation).__name__})")
+            check_can_speculate(self.runner, speculation, f"engine {self.name}")
         if not suffixes:
             raise SpecRagError("no prompts given")
         params = [sampling] * len(suffixes) if isinstance(sampling, SamplingParams) else list(sampling)
@@ -114,24 +125,27 @@ class Engine:
         suffixes = [[int(t) for t in s] for s in suffixes]
         for s in suffixes:
             self._checker.check_prompt(prefix + s, max_new_tokens)
-        return Request("generate", prefix, suffixes, params, max_new_tokens, stop_fn, on_token)
+        return Request("generate", prefix, suffixes, params, max_new_tokens, stop_fn, on_token,
+                       speculation=speculation)
 
     def submit_phases(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], phases: Sequence[Phase],
                       between: BetweenFn | None = None,
                       sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
-                      max_forced_tokens: int = 32, timeout: float | None = None) -> Request:
+                      max_forced_tokens: int = 32, timeout: float | None = None,
+                      speculation: Speculation | None = None) -> Request:
         """Queue ``Generator.generate_phases`` work: each branch keeps its K/V from one phase to the next.
 
         When a branch ends a phase, ``between(phase, branch, result)`` (called on the engine thread) gives how
         many of its tokens to keep and the tokens to force; the branch then prefills only those and goes on,
         without waiting for the other branches. Pages for all phases plus ``max_forced_tokens`` forced tokens
-        are reserved at admission. The future resolves to one list of results per phase."""
+        are reserved at admission. The future resolves to one list of results per phase. ``speculation`` as in
+        ``submit_generate`` (every phase speculates)."""
         if not phases or any(ph.max_new_tokens < 1 for ph in phases):
             raise SpecRagError("every phase needs max_new_tokens >= 1")
         if max_forced_tokens < 0:
             raise SpecRagError(f"max_forced_tokens must be >= 0 (got {max_forced_tokens})")
         reserve = sum(ph.max_new_tokens for ph in phases) + (max_forced_tokens if len(phases) > 1 else 0)
-        req = self._generate_request(prefix, suffixes, sampling, reserve, None, None)
+        req = self._generate_request(prefix, suffixes, sampling, reserve, None, None, speculation)
         req.phases, req.between, req.max_forced_tokens = list(phases), between, max_forced_tokens
         return self._enqueue(req, timeout)
 
@@ -148,7 +162,8 @@ class Engine:
         return self._enqueue(Request("score", prefix, tree=tree), timeout)
 
     def _enqueue(self, req: Request, timeout: float | None) -> Request:
-        need, total = worst_case_pages(req, self.runner.page_size), self.runner.allocator.num_usable
+        need = worst_case_pages(req, self.runner.page_size, self.runner.max_seq_len)
+        total = self.runner.allocator.num_usable
         if need > total:
             raise SpecRagError(f"request needs {need} KV pages; the {self.name} pool has {total}")
         req.deadline = None if timeout is None else time.perf_counter() + timeout
@@ -242,6 +257,9 @@ class Engine:
             if not self.admitter.admit(req):
                 return  # head of line waits for pages
             self._queue.popleft()
+            if req.speculation is not None:
+                for s in req.seqs:
+                    s.spec_stats = SpeculationStats()
             req.admitted_at = time.perf_counter()
             self.stage("queue", req.admitted_at - req.submitted_at)
             self._running.append(req)
@@ -301,7 +319,7 @@ class Engine:
         start = s.req.admitted_at if not s.phase_results else s.phase_started_at
         return GenerationResult(list(s.out), list(s.logprobs), s.finish or "length", len(s.prompt),
                                 s.prefill_done_at - start, s.finished_at - s.prefill_done_at,
-                                shared_prefix_tokens=s.req.shared_len)
+                                shared_prefix_tokens=s.req.shared_len, speculation=s.spec_stats)
 
     def complete_score(self, req: Request, logprobs: np.ndarray) -> None:
         self.stage("request", time.perf_counter() - req.submitted_at)

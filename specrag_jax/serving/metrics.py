@@ -26,6 +26,10 @@ _GAUGES = [
     ("prefill_chunk_tokens", "Current prefill chunk size (backpressure)", "prefill_chunk"),
     ("generated_tokens", "Generated tokens since start", "generated_tokens"),
     ("steps", "Engine steps since start", "steps"),
+    ("speculation_steps", "Speculation (token-tree) steps since start", "spec_steps"),
+    ("speculation_proposed_tokens", "Proposed tree nodes verified since start", "spec_proposed"),
+    ("speculation_accepted_tokens", "Proposed tokens accepted since start", "spec_accepted"),
+    ("speculation_emitted_tokens", "Tokens emitted by speculation steps (accepted + bonus)", "spec_emitted"),
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from typing import AsyncIterator, Sequence
@@ -12,11 +13,14 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from specrag_jax.models.generation import GenerationResult
 from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.speculative import combine_stats
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.serving.detokenize import IncrementalDetokenizer
 from specrag_jax.serving.requests import RequestTimeout
 from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, _Sampling
 from specrag_jax.serving.service import Service
+
+log = logging.getLogger(__name__)
 
 
 def sse(data) -> bytes:
@@ -55,15 +59,33 @@ def _finish(r: GenerationResult, stopped: bool) -> str:
     return "stop" if stopped or r.finish_reason in ("eos", "stop") else "length"
 
 
+def _retrieve(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()  # marks the exception retrieved
+
+
+def abandon(fut: asyncio.Future) -> None:
+    """Nobody will await ``fut`` (an ``asyncio.wrap_future`` of engine or RAG work) any more: its consumer
+    (a stream whose client went away, a handler past its timeout) is gone. The exception it may still get from
+    the other thread -- the ``RequestCancelled`` of the work just cancelled -- is expected, so mark it retrieved
+    when it comes, instead of asyncio logging "Future exception was never retrieved" when ``fut`` is collected.
+    Harmless on a future already awaited."""
+    fut.add_done_callback(_retrieve)
+
+
 async def queued_until_done(queue: asyncio.Queue, future: asyncio.Future) -> AsyncIterator:
     """Yield what arrives on ``queue`` until ``future`` completes (items still queued then stay queued)."""
-    while True:
-        get = asyncio.ensure_future(queue.get())
-        done, _ = await asyncio.wait({get, future}, return_when=asyncio.FIRST_COMPLETED)
-        if get not in done:
+    get = None
+    try:
+        while True:
+            get = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait({get, future}, return_when=asyncio.FIRST_COMPLETED)
+            if get not in done:
+                return
+            yield get.result()
+    finally:  # also when the consumer is cancelled or closed mid-wait (client gone): no task left pending
+        if get is not None and not get.done():
             get.cancel()
-            return
-        yield get.result()
 
 
 async def until_done_or_gone(request, future: asyncio.Future, cancel) -> object:
@@ -104,18 +126,20 @@ class OpenAIHandlers:
             queue: asyncio.Queue = asyncio.Queue()
             req = engine.submit_generate([], prompts, sampling, body.max_tokens, _stop_fn(model, stops),
                                          on_token=lambda _b, t: loop.call_soon_threadsafe(queue.put_nowait, t),
-                                         timeout=timeout)
+                                         timeout=timeout, speculation=self.service.speculation())
             return StreamingResponse(self._stream(req, queue, model, stops, rid, created, role, chat),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        req = engine.submit_generate([], prompts, sampling, body.max_tokens, _stop_fn(model, stops), timeout=timeout)
+        req = engine.submit_generate([], prompts, sampling, body.max_tokens, _stop_fn(model, stops), timeout=timeout,
+                                     speculation=self.service.speculation())
+        fut = asyncio.wrap_future(req.future)
         try:
-            results = await asyncio.wait_for(until_done_or_gone(http, asyncio.wrap_future(req.future), req.cancel),
-                                             timeout + 5)
+            results = await asyncio.wait_for(until_done_or_gone(http, fut, req.cancel), timeout + 5)
         except asyncio.TimeoutError:
             raise RequestTimeout("request timed out") from None
         finally:
             if not req.future.done():
                 req.cancel()
+            abandon(fut)
         choices, usage = [], {"prompt_tokens": 0, "completion_tokens": 0}
         for i, r in enumerate(results):
             text, stopped = _cut(model.tokenizer.decode(r.token_ids), stops)
@@ -125,6 +149,8 @@ class OpenAIHandlers:
             usage["prompt_tokens"] += r.num_prompt_tokens
             usage["completion_tokens"] += len(r.token_ids)
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if any(r.speculation is not None for r in results):  # extension: decode steps and tokens per step
+            usage["speculation"] = combine_stats([r.speculation for r in results if r.speculation is not None])
         return JSONResponse({"id": rid, "object": "chat.completion" if chat else "text_completion",
                              "created": created, "model": model.name, "choices": choices, "usage": usage})
 
@@ -143,11 +169,11 @@ class OpenAIHandlers:
 
         detok = IncrementalDetokenizer(model.tokenizer.decode)
         sent = ""
+        fut = asyncio.wrap_future(req.future)
         try:
             if chat:
                 yield sse({"id": rid, "object": obj, "created": created, "model": model.name,
                            "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
-            fut = asyncio.wrap_future(req.future)
             async for token in queued_until_done(queue, fut):
                 detok.push(token)
                 text, stopped = _cut(detok.text, stops)
@@ -167,4 +193,6 @@ class OpenAIHandlers:
             yield sse("[DONE]")
         finally:
             if not req.future.done():
-                req.cancel()  # the client went away mid-stream
+                req.cancel()  # the client went away mid-stream: the engine drops the work, its pages return
+                log.info("request %s cancelled by the client", rid)
+            abandon(fut)

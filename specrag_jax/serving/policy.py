@@ -4,6 +4,11 @@ After Omnia's BARS: the prefill tokens a step may carry shrink while many sequen
 per-token latency would suffer behind long prefill chunks) or the page pool is nearly full (new prompts
 would only wait for pages), and grow back when the engine is idle. Chunk sizes stay powers of two, so the
 step shapes (and compiled programs) stay few.
+
+Token trees (speculating sequences) shrink the same way: a speculation step packs one tree of B tokens per
+sequence (W = its sequence bucket), and B halves from the requests' largest budget while W x B exceeds the
+step token budget; below the smallest tree (8) the sequences decode plainly (``tree_budget``). The token
+budget is a hard limit of every step, so this holds with backpressure off too.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import dataclasses
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.packing import bucket
+from specrag_jax.models.spec_tree import TREE_BUDGETS
 
 
 @dataclasses.dataclass
@@ -57,3 +63,12 @@ class Backpressure:
         elif num_decoding == 0:
             self.chunk = min(self.chunk * 2, c.token_budget)
         return self.chunk
+
+    def tree_budget(self, num_seqs: int, max_budget: int) -> int | None:
+        """The largest tree budget <= ``max_budget`` (a ``TREE_BUDGETS`` entry) for a speculation step of
+        ``num_seqs`` trees within the token budget: halved while ``num_seqs * budget > token_budget``; None when
+        even the smallest tree does not fit (plain decoding)."""
+        b = max_budget
+        while b >= TREE_BUDGETS[0] and num_seqs * b > self.cfg.token_budget:
+            b //= 2
+        return b if b >= TREE_BUDGETS[0] else None

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.speculative import Speculation, SpeculationStats
 
 StopFn = Callable[[int, list[int]], bool]
 TokenFn = Callable[[int, int], None]  # (branch, token id), called on the engine thread as tokens arrive
@@ -72,6 +73,7 @@ class Seq:
     phase_started_at: float = 0.0
     phase: int = 0  # index into the request's phases (generate_phases requests)
     phase_results: list = dataclasses.field(default_factory=list)  # GenerationResult of each finished phase
+    spec_stats: SpeculationStats | None = None  # decode counts of the current phase (speculating requests)
 
     @property
     def prefilling(self) -> bool:
@@ -99,6 +101,7 @@ class Request:
     phases: Sequence = ()  # models.generation.Phase list: the sequences keep their K/V from one to the next
     between: Callable | None = None  # (phase, branch, GenerationResult) -> (kept tokens, forced tokens)
     max_forced_tokens: int = 0  # forced tokens ``between`` may add over all phases (reserved up front)
+    speculation: Speculation | None = None  # decode with token trees (``spec_steps.py``)
     deadline: float | None = None
     future: Future = dataclasses.field(default_factory=Future)
     cancelled: bool = False

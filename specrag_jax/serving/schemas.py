@@ -6,6 +6,7 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specrag_jax.pipeline.reranking import RERANK_MODES
 from specrag_jax.pipeline.specrag import METHODS
 
 MAX_TOKENS = 4096
@@ -59,4 +60,14 @@ class RagRequest(_Strict):
     method: Literal[METHODS] = "speculative"  # type: ignore[valid-type]
     m: int | None = Field(None, ge=1, le=16, description="number of drafts")
     k: int | None = Field(None, ge=1, le=16, description="number of clusters")
+    rerank: Literal[RERANK_MODES] | None = Field(None, description="none | kv | recompute (default: the server's)")  # type: ignore[valid-type]
+    reranker: str | None = Field(None, max_length=200, description="the server's reranker model (name or role)")
+    n_coarse: int | None = Field(None, ge=1, le=1000, description="coarse candidates reranked (corpus search)")
+    rerank_group: int | None = Field(None, ge=1, le=100, description="candidates per fine-reranker group")
+    rerank_patience: int | None = Field(None, ge=1, le=1000, description="stable groups before reranking stops")
     stream: bool = False
+
+    def rag_options(self) -> dict:
+        """The RAGConfig fields this request overrides (None: the server's default)."""
+        names = ("m", "k", "rerank", "reranker", "n_coarse", "rerank_group", "rerank_patience")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}

@@ -2,7 +2,8 @@
 
 Each RAG request runs the unchanged pipeline (``SpecRAG``) in a worker thread over ``EngineTextModel``s,
 so many requests interleave their drafting (drafter engine) and verification (verifier engine), and the
-two engines step at the same time.
+two engines step at the same time. A reranker (``--rerank``) runs on its own model instance, never on an
+engine's, one call at a time (``Service.reranker``).
 """
 
 from __future__ import annotations
@@ -10,14 +11,34 @@ from __future__ import annotations
 import dataclasses
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.ngram_proposer import NgramProposer
+from specrag_jax.models.spec_tree import check_budget
+from specrag_jax.models.speculative import Speculation, check_can_speculate
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.reranking import Scorer
 from specrag_jax.pipeline.specrag import RAGAnswer, RAGConfig, SearchFn, SpecRAG, SubsetFn
 from specrag_jax.serving.adapter import EngineTextModel, RequestContext
 from specrag_jax.serving.engine import Engine, StageFn
 from specrag_jax.serving.policy import SchedulerConfig
+
+
+SPECULATIVE = ("none", "ngram")  # proposers of /v1/completions and /v1/chat/completions (no drafts)
+RAG_OPTIONS = ("m", "k", "rerank", "reranker", "n_coarse", "rerank_group", "rerank_patience")  # per request
+RerankerFactory = Callable[[str], Scorer]  # a rerank mode ("kv" | "recompute") -> a reranker
+
+
+class _OneAtATime:
+    """A reranker whose calls hold ``lock`` (its model is shared by every request thread)."""
+
+    def __init__(self, scorer: Scorer, lock: threading.Lock) -> None:
+        self.scorer, self.lock = scorer, lock
+
+    def score(self, question: str, docs: Sequence[dict]) -> list[float]:
+        with self.lock:
+            return self.scorer.score(question, docs)
 
 
 @dataclasses.dataclass
@@ -30,6 +51,14 @@ class ServeConfig:
     scheduler: SchedulerConfig = dataclasses.field(default_factory=SchedulerConfig)
     prefix_cache: bool = True
     rag: RAGConfig = dataclasses.field(default_factory=RAGConfig)
+    speculative: str = "none"  # completions / chat completions speculate with this proposer: none | ngram
+    spec_budget: int = 16  # their largest token tree per step (8, 16, 32 or 64)
+
+    def __post_init__(self) -> None:
+        if self.speculative not in SPECULATIVE:
+            raise SpecRagError(f"unknown proposer {self.speculative!r} for --speculative (choose one of "
+                               f"{', '.join(SPECULATIVE)}; draft proposals serve /v1/rag's lossless method)")
+        check_budget(self.spec_budget)
 
 
 class Service:
@@ -37,7 +66,10 @@ class Service:
 
     def __init__(self, drafter: TextModel, verifier: TextModel, *, subsets: SubsetFn | None = None,
                  search: SearchFn | None = None, config: ServeConfig | None = None,
-                 on_stage: StageFn | None = None) -> None:
+                 on_stage: StageFn | None = None, reranker: RerankerFactory | None = None,
+                 reranker_names: Sequence[str] = ()) -> None:
+        """``reranker(mode)`` builds the reranker of a mode (once per mode); ``reranker_names``: the names a
+        request's ``reranker`` field may give for it (default: the configured name, or the drafter's)."""
         self.config = config or ServeConfig()
         self.models = {"drafter": drafter, "verifier": verifier}
         self.engines: dict[str, Engine] = {}
@@ -49,9 +81,17 @@ class Service:
                              prefix_cache=self.config.prefix_cache, on_stage=on_stage)
                 by_runner[id(model.runner)] = eng
             self.engines[role] = eng
+        if self.config.speculative != "none":
+            for model in {id(m.runner): m for m in self.models.values()}.values():
+                check_can_speculate(model.runner, self.speculation(), model.name)
         self.subsets, self.search = subsets, search
         self.pool = ThreadPoolExecutor(max_workers=self.config.max_inflight, thread_name_prefix="rag")
         self._lock = threading.Lock()
+        self.reranker_factory, self._rerankers, self._rerank_lock = reranker, {}, threading.Lock()
+        self.reranker_names = set(reranker_names) or {self.config.rag.reranker or "drafter"}
+        for role, model in self.models.items():  # a role and its model's name are the same reranker
+            if self.reranker_names & {role, model.name}:
+                self.reranker_names |= {role, model.name}
         self.waiting = 0
         self.inflight = 0
 
@@ -59,13 +99,24 @@ class Service:
     def unique_engines(self) -> dict[str, Engine]:
         return {e.name: e for e in self.engines.values()}
 
+    def speculation(self) -> Speculation | None:
+        """The token-tree speculation of completion requests (``--speculative``), or None."""
+        if self.config.speculative == "none":
+            return None
+        return Speculation(NgramProposer(), self.config.spec_budget)
+
     def warmup(self, level: str = "full", sampled: bool = True) -> dict:
         """Compile every engine's step shapes before ``start()`` (``serving.warmup``); a report per engine.
-        Only the verifier's engine scores trees, so only it compiles the scoring shapes."""
+        Only the verifier's engine scores trees, so only it compiles the scoring shapes; with ``--speculative``
+        every engine compiles the speculation steps up to ``spec_budget`` (the verifier's: up to the lossless
+        mode's ``tree_budget`` too)."""
         from specrag_jax.serving.warmup import check_map_budget, step_shapes, warmup
 
         scorer = self.engines["verifier"]
-        shapes = {name: step_shapes(eng, level, sampled, score=eng is scorer)
+        spec = None if self.config.speculative == "none" else self.config.spec_budget
+        lossless = None if spec is None else max(spec, self.config.rag.tree_budget)  # /v1/rag lossless trees too
+        shapes = {name: step_shapes(eng, level, sampled, score=eng is scorer,
+                                    spec_budget=lossless if eng is scorer else spec)
                   for name, eng in self.unique_engines.items()}
         check_map_budget(sum(len(s) for s in shapes.values()))
         return {name: warmup(eng, shapes=shapes[name]).as_dict() for name, eng in self.unique_engines.items()}
@@ -107,14 +158,34 @@ class Service:
     def text_model(self, role: str, ctx: RequestContext) -> EngineTextModel:
         return EngineTextModel(self.models[role], self.engines[role], ctx, role)
 
-    def rag(self, question: str, docs, method: str, ctx: RequestContext, *, m: int | None = None,
-            k: int | None = None) -> RAGAnswer:
-        """Run the pipeline for one question on the shared engines (blocks; call from a worker thread)."""
+    def reranker(self, mode: str) -> Scorer:
+        """The server's reranker in ``mode`` (built on first use; calls are serialised)."""
+        if self.reranker_factory is None:
+            raise SpecRagError("this server has no reranker (start it with --rerank kv or --rerank recompute)")
+        with self._rerank_lock:
+            if mode not in self._rerankers:
+                self._rerankers[mode] = _OneAtATime(self.reranker_factory(mode), threading.Lock())
+            return self._rerankers[mode]
+
+    def rag(self, question: str, docs, method: str, ctx: RequestContext, **options: Any) -> RAGAnswer:
+        """Run the pipeline for one question on the shared engines (blocks; call from a worker thread).
+
+        ``options``: RAGConfig fields of ``RAG_OPTIONS`` overriding the server's (None: keep the server's)."""
         if self.subsets is None:
             raise SpecRagError("this server has no subset sampler (RAG is not configured)")
-        cfg = dataclasses.replace(self.config.rag, m=m or self.config.rag.m, k=k or self.config.rag.k)
+        options = {n: v for n, v in options.items() if v is not None}
+        unknown = sorted(set(options) - set(RAG_OPTIONS))
+        if unknown:
+            raise SpecRagError(f"unknown RAG option {unknown[0]!r}; choose from {', '.join(RAG_OPTIONS)}")
+        name = options.pop("reranker", None)
+        if name is not None and name not in self.reranker_names:
+            own = self.config.rag.reranker or self.models["drafter"].name
+            raise SpecRagError(f"this server reranks with {own!r}, not {name!r} (start it with --reranker {name})")
+        cfg = dataclasses.replace(self.config.rag, **options)
+        cfg.check()
+        scorer = None if cfg.rerank == "none" else self.reranker(cfg.rerank)
         rag = SpecRAG(self.text_model("drafter", ctx), self.text_model("verifier", ctx), subsets=self.subsets,
-                      search=self.search, config=cfg)
+                      search=self.search, config=cfg, reranker=scorer)
         return rag.answer(question, docs, method)
 
     def submit(self, fn: Callable, *args, **kwargs):

@@ -2,8 +2,10 @@
 
 A *sampling* step carries decode tokens (one per decoding sequence, first) and prefill chunks (the rest of
 the token budget, at most the backpressure chunk); a prefill chunk that ends its prompt asks for a sampled
-row. A *scoring* step carries verification trees (K/V dropped) and prefix-only prefill. Both kinds are
-packed and bucketed by ``ModelRunner.pack``.
+row. A *scoring* step carries verification trees (K/V dropped) and prefix-only prefill. A *speculation* step
+carries the token trees of the speculating decoding sequences (``spec_steps.py``); those sequences skip the
+sampling steps while they have proposals. The kinds that have work take turns (sample, speculate, score), so
+none waits more than two steps. All are packed and bucketed by ``ModelRunner.pack``.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import numpy as np
 from specrag_jax.models.generation import next_phase_prompt
 from specrag_jax.models.packing import Chunk, bucket
 from specrag_jax.models.runner import ModelRunner
+from specrag_jax.models.speculative import SpeculationStats
 from specrag_jax.serving.policy import SchedulerConfig
 from specrag_jax.serving.requests import PhaseError, Request, Seq
+from specrag_jax.serving.spec_steps import SpecPlanner, SpecWork
 
 if TYPE_CHECKING:
     from specrag_jax.serving.engine import Engine
@@ -51,29 +55,43 @@ class Work:
                              [p.seed for p in sp], [len(s.out) for s in self.row_seqs])
 
 
+KINDS = ("sample", "speculate", "score")  # the turn order of the step kinds
+
+
 class StepBuilder:
     def __init__(self, engine: "Engine") -> None:
         self.engine = engine
+        self.spec = SpecPlanner(engine)
         self.last_kind = "score"
         self.t_start = 0.0
 
     def _seqs(self) -> list[Seq]:
         return [s for r in self.engine.running_requests() for s in r.all_seqs()]
 
-    def build(self) -> Work | None:
+    def build(self) -> Work | SpecWork | None:
         """The next step's work, or None when nothing is ready."""
         eng = self.engine
+        spec = self.spec.plan([s for s in self._seqs() if s.decoding])  # may fail requests whose proposer raised
         trees = [r for r in eng.running_requests() if r.kind == "score" and r.prefix_seq is not None
                  and not r.prefix_seq.prefilling and r.prefix_seq.pages]
         seqs = self._seqs()
-        sampling_work = any(s.decoding or (s.prefilling and s.sampling is not None) for s in seqs)
+        skip = set(spec.seqs) if spec is not None else set()
+        sampling_work = any((s.decoding and s not in skip) or (s.prefilling and s.sampling is not None)
+                            for s in seqs)
         prefix_work = any(s.prefilling and s.sampling is None for s in seqs)
-        if trees and (self.last_kind == "sample" or not sampling_work):
-            work = self._score(trees, seqs)
-        elif sampling_work or prefix_work:
-            work = self._sample(seqs)
-        else:
+        ready = {"sample": sampling_work or prefix_work, "speculate": spec is not None, "score": bool(trees)}
+        start = KINDS.index(self.last_kind) + 1
+        kind = next((k for k in KINDS[start:] + KINDS[:start] if ready[k]), None)
+        if kind is None:
             return None
+        if kind == "speculate":
+            work = spec
+        elif kind == "score":
+            work = self._score(trees, seqs)
+        else:
+            work = self._sample(seqs, skip)
+            if self.spec.fell_back:  # backpressure: no tree fitted the token budget, the trees' sequences join
+                eng.counters["spec_plain_fallback_steps"] += 1
         self.last_kind = work.kind
         self.t_start = time.perf_counter()
         return work
@@ -96,11 +114,11 @@ class StepBuilder:
             work.requests.append(s.req)
             budget -= n
 
-    def _sample(self, seqs: list[Seq]) -> Work:
+    def _sample(self, seqs: list[Seq], skip: set[Seq]) -> Work:
         eng, cfg = self.engine, self.engine.config
         work = Work("sample", [], [], [], [], [], [])
         cap = bucket(cfg.max_running)  # sequences per sampling step: the largest warmed-up sequence bucket
-        decoders = [s for s in seqs if s.decoding][: min(cfg.token_budget, cap)]
+        decoders = [s for s in seqs if s.decoding and s not in skip][: min(cfg.token_budget, cap)]
         for s in decoders:
             work.chunks.append(Chunk(s.pages, len(s.prompt) + len(s.out) - 1, [s.out[-1]], rows=[0]))
             work.row_seqs.append(s)
@@ -144,6 +162,8 @@ class StepBuilder:
             eng.cache.insert(s.prompt, s.pages)
             if s.sampling is None and s.req.kind == "generate" and s.req.prefix_seq is s:
                 eng.prefix_ready(s.req)
+        if work.kind == "speculate":
+            return self.spec.dispatch(work, outcome, now, self._accept)
         if work.kind == "score":
             offset = 0
             for r in work.trees:
@@ -157,6 +177,8 @@ class StepBuilder:
         for s, tok, lp in zip(work.row_seqs, ids, lps):
             if s.pages == [] or s.req.future.done():
                 continue  # cancelled while the step ran
+            if s.spec_stats is not None and s.out:  # a plain decode step of a speculating sequence
+                s.spec_stats.record(0, 0, 1)
             try:
                 self._accept(s, int(tok), float(lp), now)
             except Exception as exc:  # a failed phase transition fails its own request, not the step
@@ -203,6 +225,8 @@ class StepBuilder:
                              f"reserved {req.max_forced_tokens} forced tokens")
         self.engine._checker.check_prompt(prompt, req.phases[s.phase + 1].max_new_tokens)
         s.phase_results.append(result)
+        if s.spec_stats is not None:
+            s.spec_stats = SpeculationStats()  # each phase's result has its own counts (as ``Generator``)
         s.prompt, s.prefilled = prompt, prefilled
         s.out, s.logprobs, s.finish = [], [], None
         s.phase += 1

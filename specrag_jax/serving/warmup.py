@@ -6,7 +6,9 @@ scheduler config these shapes form a small, known set:
 
 - decode steps: S in the sequence buckets up to ``max_running``, T = S;
 - sampling steps with prefill chunks: T in the token buckets up to ``token_budget``, S <= T, R = S;
-- scoring steps (verification trees): T up to ``token_budget``, R <= T, S = ``score_step_seqs``.
+- scoring steps (verification trees): T up to ``token_budget``, R <= T, S = ``score_step_seqs``;
+- speculation steps (``spec_budget`` given): S in the sequence buckets, a tree budget B in ``TREE_BUDGETS``
+  up to ``spec_budget`` with S x B <= ``token_budget`` (backpressure's rule), T = S x B.
 
 Each is run once on throw-away chunks (``write=False`` on the null page, so no pool state changes).
 With a persistent compilation cache (``enable_compile_cache``) a restart loads the programs from disk.
@@ -23,6 +25,7 @@ from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import NULL_PAGE
 from specrag_jax.models.packing import Chunk, bucket
+from specrag_jax.models.spec_tree import TREE_BUDGETS, build_tree, check_budget, stack_trees
 from specrag_jax.xla_cache import default_xla_cache_dir, enable_xla_cache
 
 if TYPE_CHECKING:
@@ -33,7 +36,7 @@ WARMUP_LEVELS = ("none", "decode", "full")
 
 @dataclasses.dataclass(frozen=True)
 class StepShape:
-    kind: str  # "decode" | "prefill" (sampling step with prefill chunks) | "score"
+    kind: str  # "decode" | "prefill" (sampling step with prefill chunks) | "score" | "speculate"
     tokens: int
     seqs: int
     pages: int
@@ -60,9 +63,11 @@ def _powers(lo: int, hi: int) -> list[int]:
     return out
 
 
-def step_shapes(engine: "Engine", level: str = "full", sampled: bool = True, score: bool = True) -> list[StepShape]:
+def step_shapes(engine: "Engine", level: str = "full", sampled: bool = True, score: bool = True,
+                spec_budget: int | None = None) -> list[StepShape]:
     """The step shapes ``engine`` can run under its config: ``level`` "decode" = decode steps only; ``sampled``
-    adds the sampling (non-greedy) programs; ``score`` adds verification-tree scoring (verifier engines)."""
+    adds the sampling (non-greedy) programs; ``score`` adds verification-tree scoring (verifier engines);
+    ``spec_budget`` adds the speculation steps of token trees up to that budget (at either level)."""
     if level not in WARMUP_LEVELS:
         raise SpecRagError(f"unknown warm-up level {level!r}; choose one of {', '.join(WARMUP_LEVELS)}")
     if level == "none":
@@ -73,6 +78,10 @@ def step_shapes(engine: "Engine", level: str = "full", sampled: bool = True, sco
     greedy = (True, False) if sampled else (True,)
     shapes = [StepShape("decode", s, s, p, s, g)
               for s in seqs for p in pages for g in greedy]
+    if spec_budget is not None:
+        check_budget(spec_budget)
+        shapes += [StepShape("speculate", s * b, s, p, s, g) for b in TREE_BUDGETS if b <= spec_budget
+                   for s in seqs if s * b <= cfg.token_budget for p in pages for g in greedy]
     if level == "full":
         tokens = _powers(cfg.min_step_tokens, cfg.token_budget)
         shapes += [StepShape("prefill", t, s, p, s, g)
@@ -93,6 +102,14 @@ def _run_shape(engine: "Engine", shape: StepShape) -> None:
         chunks = [Chunk(null, 0, [0, 0], write=False, rows=[1])] + \
                  [Chunk(null, 0, [0], write=False, rows=[0])] * (shape.seqs - 1)
         step = r.pack(chunks, token_bucket=shape.tokens, min_seqs=shape.seqs)
+    elif shape.kind == "speculate":
+        tree = build_tree([], 0, shape.tokens // shape.seqs)  # a root alone: only the shapes matter
+        chunks = [Chunk(null, 0, tree.tokens, parents=tree.parents, positions=tree.positions(0), write=False)]
+        step = r.pack(chunks * shape.seqs, token_bucket=shape.tokens, min_seqs=shape.seqs)
+        n = shape.seqs
+        r.speculate(step, stack_trees([tree] * n), [0.0 if shape.greedy else 1.0] * n, [0] * n, [1.0] * n,
+                    [0] * n, [0] * n)
+        return
     else:
         chunk = Chunk(null, 0, [0, 0], parents=[-1, -1], positions=[0, 0], write=False, rows=[0] * shape.rows)
         step = r.pack([chunk], token_bucket=shape.tokens, min_seqs=shape.seqs)
@@ -142,11 +159,11 @@ def check_map_budget(programs: int, limit_path: str = "/proc/sys/vm/max_map_coun
 
 
 def warmup(engine: "Engine", level: str = "full", sampled: bool = True, score: bool = True,
-           shapes: Iterable[StepShape] | None = None) -> WarmupReport:
+           shapes: Iterable[StepShape] | None = None, spec_budget: int | None = None) -> WarmupReport:
     """Compile (run once) every step shape of ``step_shapes``; call before the engine serves."""
     if engine.started:
         raise SpecRagError(f"warm up engine {engine.name} before start(): its loop owns the runner's pool")
-    todo = list(step_shapes(engine, level, sampled, score) if shapes is None else shapes)
+    todo = list(step_shapes(engine, level, sampled, score, spec_budget) if shapes is None else shapes)
     t0 = time.perf_counter()
     with CompileClock() as clock:
         for shape in todo:

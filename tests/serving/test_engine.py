@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 import numpy as np
 import pytest
@@ -102,9 +102,17 @@ def test_cache_evicts_lru_to_admit_and_pages_return(tiny_model):
 
 
 def test_cancel_timeout_and_errors_release_pages(engine):
-    slow = engine.submit_generate([], [[7] * 30], max_new_tokens=200)
-    time.sleep(0.05)
+    started, release = threading.Event(), threading.Event()
+
+    def gate(_row, _out):  # holds the engine after the first token until the cancel is in (no timing race)
+        started.set()
+        release.wait(10)
+        return False
+
+    slow = engine.submit_generate([], [[7] * 30], max_new_tokens=200, stop_fn=gate)
+    assert started.wait(30)
     slow.cancel()
+    release.set()
     with pytest.raises(RequestCancelled):
         slow.result(30)
     timed = engine.submit_generate([], [[8] * 30], max_new_tokens=200, timeout=0.01)

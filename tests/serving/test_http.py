@@ -67,6 +67,12 @@ def test_rag_contract_with_documents_corpus_and_stream(client):
     assert r.status_code == 200 and r.json()["citations"] == ["0", "1"]
     r = client.post("/v1/rag", json={"question": "capital of Germany", "method": "drafter_only"})  # corpus search
     assert r.status_code == 200 and r.json()["drafts"]
+    docs = ["Rome is the capital of Italy.", "Oslo is in Norway."]
+    standard = client.post("/v1/rag", json={"question": "capital of Italy", "method": "standard", "documents": docs})
+    lossless = client.post("/v1/rag", json={"question": "capital of Italy", "method": "lossless", "documents": docs})
+    assert lossless.status_code == 200, lossless.text
+    assert lossless.json()["answer"] == standard.json()["answer"]
+    assert lossless.json()["trace"]["speculation"]["steps"] >= 1
     with client.stream("POST", "/v1/rag", json={"question": "capital of Germany", "stream": True, "m": 2}) as s:
         events = [json.loads(e) for e in _events(s.read().decode()) if e != "[DONE]"]
     stages = [e["stage"] for e in events if e["event"] == "stage"]

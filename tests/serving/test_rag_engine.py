@@ -47,3 +47,19 @@ def test_cancelled_context_stops_the_pipeline(make_service):
         svc.rag(QUESTIONS[0], DOCS, "speculative", ctx)
     for eng in svc.unique_engines.values():
         assert_pages_home(eng)
+
+
+def test_lossless_through_the_engines_equals_standard_and_direct(make_service, rag_models, rag_resources):
+    """method "lossless" (what /v1/rag's "method": "lossless" runs): the standard answer, decoded with
+    token trees in the verifier's engine, equal to the direct pipeline's lossless and standard answers."""
+    rag_cfg = RAGConfig(n_docs=4, m=3, k=2, max_draft_tokens=10, max_answer_tokens=12, max_doc_tokens=40)
+    direct = SpecRAG(*rag_models, subsets=rag_resources[0], config=dataclasses.replace(rag_cfg))
+    svc = make_service(rag=rag_cfg).start()
+    for q in QUESTIONS:
+        want = direct.answer_methods(q, DOCS, ["standard", "lossless"])
+        got = svc.rag(q, DOCS, "lossless", RequestContext())
+        assert got.answer == want["lossless"].answer == want["standard"].answer
+        assert got.trace["speculation"]["steps"] >= 1
+    assert svc.unique_engines["verifier"].stats()["spec_steps"] >= len(QUESTIONS)  # trees ran in the engine
+    for eng in svc.unique_engines.values():
+        assert_pages_home(eng)
