@@ -155,7 +155,8 @@ def _build_rag(args: argparse.Namespace, corpus, config):
     placements = placements_from_args(args)
     progress: Progress = args.progress
     with stage(progress, "loading") as detail:
-        rag = build_specrag(args.drafter, args.verifier, corpus, config, drafter_placement=placements.drafter,
+        rag = build_specrag(args.drafter, args.verifier, corpus, config, kv_dir=args.kv_store,
+                            drafter_placement=placements.drafter,
                             verifier_placement=placements.verifier)
         detail.append(f"drafter {args.drafter} {getattr(rag.drafter, 'load_s', 0.0):.1f} s, verifier "
                       f"{args.verifier} {getattr(rag.verifier, 'load_s', 0.0):.1f} s, BM25 index over "

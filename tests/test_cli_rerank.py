@@ -82,15 +82,16 @@ def test_eval_from_a_pooled_corpus_with_reranking(capsys, tmp_path, tiny_factory
 def test_eval_corpus_rerank_with_the_real_reranker(capsys, tmp_path, monkeypatch, mode):
     from specrag_jax.rerank import kv_store
 
-    monkeypatch.setattr(kv_store, "default_store_dir", lambda: tmp_path / "doc_kv")
+    monkeypatch.setattr(kv_store, "default_store_dir", lambda: tmp_path / "default_doc_kv")  # never used
     corpus = tmp_path / "corpus.jsonl"
     pool_file(DATA, corpus)
     smol = "smollm2-135m-instruct"
     code = main(["eval", "--data", str(DATA), "--corpus", str(corpus), "--methods", "standard", "--drafter", smol,
                  "--verifier", smol, "--n-docs", "2", "--m", "1", "--k", "1", "--rerank", mode, "--n-coarse", "4",
-                 "--rerank-group", "2", "--json", "-q"])
+                 "--rerank-group", "2", "--kv-store", str(tmp_path / "doc_kv"), "--json", "-q"])
     out, err = capsys.readouterr()
     assert code == 0, err
     std = json.loads(out)["methods"]["standard"]
     assert std["recall_own_passages"] > 0 and std["rerank"]["groups_scored"] >= 1
-    assert any((tmp_path / "doc_kv").rglob("*.safetensors")) == (mode == "kv")
+    assert any((tmp_path / "doc_kv").rglob("*.safetensors")) == (mode == "kv")  # --kv-store took the entries
+    assert not (tmp_path / "default_doc_kv").exists()

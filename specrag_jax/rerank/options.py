@@ -23,6 +23,9 @@ def add_rerank_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--rerank-group", type=int, default=10, help="candidates the fine reranker scores per group")
     g.add_argument("--rerank-patience", default="2", metavar="P",
                    help="stop reranking once the top n-docs set is unchanged for P groups ('inf': never early)")
+    g.add_argument("--kv-store", default=None, metavar="DIR",
+                   help="the document K/V store of --rerank kv (default: <cache root>/doc_kv; `specrag index "
+                        "--store DIR` fills it)")
 
 
 def parse_patience(text: str | int | float) -> float:

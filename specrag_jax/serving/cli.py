@@ -113,7 +113,7 @@ def _reranker_factory(args: argparse.Namespace, rag, placement):
 
     name = {"drafter": args.drafter, "verifier": args.verifier}.get(rag.reranker or "drafter", rag.reranker)
     model = _load(name, args, seed={args.verifier: 2, args.drafter: 1}.get(name, 3), placement=placement)
-    return lambda mode: build_reranker(dataclasses.replace(rag, rerank=mode), model)
+    return lambda mode: build_reranker(dataclasses.replace(rag, rerank=mode), model, args.kv_store)
 
 
 def serve_main(args: argparse.Namespace) -> int:

@@ -189,3 +189,16 @@ def test_sampling_end_to_end_joint_distribution_matches_plain():
         control += [tuple(x.token_ids[:3]) for x in Generator(r).generate([prompt] * n, sp, max_new_tokens=3)]
     assert chi2_contingency(table(plain, control)).pvalue < 1e-3
     assert r.allocator.num_free == r.allocator.num_usable
+
+
+def test_pallas_tree_kernel_speculates_like_the_reference(model):
+    """The same speculative generation through the Pallas tree kernel (interpret mode on CPU)."""
+    ref = runner(model)
+    pallas = runner(model, attention_impl="pallas")
+    prompts = PROMPTS[:2]
+    plain = Generator(ref).generate(prompts, max_new_tokens=10)
+    spec = Speculation(oracle_proposers(prompts, [x.token_ids for x in plain]), 8)
+    got = Generator(pallas, speculation=spec).generate(prompts, max_new_tokens=10)
+    assert [x.token_ids for x in got] == [x.token_ids for x in plain]
+    np.testing.assert_allclose([x.logprobs for x in got], [x.logprobs for x in plain], atol=1e-4)
+    assert pallas.allocator.num_free == pallas.allocator.num_usable
