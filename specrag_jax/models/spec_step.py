@@ -21,7 +21,7 @@ import numpy as np
 
 from specrag_jax.kernels import KVPool
 from specrag_jax.models.spec_accept import accept_trees
-from specrag_jax.models.spec_tree import TokenTree
+from specrag_jax.models.spec_tree import PADDING, TokenTree
 from specrag_jax.models.transformer import Decoder, logits_at
 
 
@@ -66,10 +66,9 @@ def pad_trees(trees: TokenTree, num_seqs: int) -> TokenTree:
     extra = num_seqs - trees.tokens.shape[0]
     if extra <= 0:
         return trees
-    fill = {"tokens": 0, "parents": -1, "depth": 0, "valid": False, "first_child": -1, "next_sibling": -1}
 
     def grow(name: str) -> np.ndarray:
         a = np.asarray(getattr(trees, name))
-        return np.concatenate([a, np.full((extra,) + a.shape[1:], fill[name], a.dtype)])
+        return np.concatenate([a, np.full((extra,) + a.shape[1:], PADDING[name], a.dtype)])
 
     return TokenTree(**{f.name: grow(f.name) for f in dataclasses.fields(TokenTree)})

@@ -126,6 +126,23 @@ def stack_trees(trees: Sequence[TokenTree]) -> TokenTree:
                         for f in dataclasses.fields(TokenTree)})
 
 
+# The value of every TokenTree field at a padding chunk index (and in an empty padded sequence).
+PADDING = {"tokens": 0, "parents": -1, "depth": 0, "valid": False, "first_child": -1, "next_sibling": -1}
+
+
+def pad_tree(tree: TokenTree, budget: int) -> TokenTree:
+    """A tree (or stack) of fewer chunk tokens padded to ``budget`` along its chunk axis."""
+    extra = budget - tree.budget
+    if extra <= 0:
+        return tree
+
+    def grow(name: str) -> np.ndarray:
+        a = np.asarray(getattr(tree, name))
+        return np.concatenate([a, np.full(a.shape[:-1] + (extra,), PADDING[name], a.dtype)], axis=-1)
+
+    return TokenTree(**{f.name: grow(f.name) for f in dataclasses.fields(TokenTree)})
+
+
 def _empty(budget: int) -> TokenTree:
     neg = lambda: np.full(budget, -1, np.int32)  # noqa: E731
     return TokenTree(tokens=np.zeros(budget, np.int32), parents=neg(), depth=np.zeros(budget, np.int32),

@@ -116,11 +116,8 @@ class TextModel:
             tail = decode(out[-16:])  # a stop string is short; look at the recent text only
             return any(s in tail for s in stops)
 
-        stop_fn = stop_fn if stops else None
-        if speculation is None:
-            results = self.generator.generate(prompt_ids, sampling, max_new_tokens, stop_fn)
-        else:
-            results = self.generator.generate(prompt_ids, sampling, max_new_tokens, stop_fn, speculation=speculation)
+        results = self.generator.generate(prompt_ids, sampling, max_new_tokens, stop_fn if stops else None,
+                                          speculation=speculation)
         return [self._to_text(r, stops) for r in results]
 
     def _to_text(self, r: GenerationResult, stops: Sequence[str]) -> TextResult:

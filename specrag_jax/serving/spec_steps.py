@@ -20,12 +20,11 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
 
 from specrag_jax.models.packing import Chunk, bucket
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.spec_tree import (TREE_BUDGETS, TokenTree, build_tree, count_trie_nodes, fit_budget,
-                                          stack_trees)
+                                          pad_tree, stack_trees)
 from specrag_jax.models.speculative import propose
 from specrag_jax.serving.policy import SchedulerConfig
 from specrag_jax.serving.requests import Request, Seq
@@ -55,17 +54,6 @@ class SpecWork:
         sp = [s.sampling for s in self.seqs]
         return runner.speculate(step, stack_trees(self.trees), [p.temperature for p in sp], [p.top_k for p in sp],
                                 [p.top_p for p in sp], [p.seed for p in sp], [len(s.out) for s in self.seqs])
-
-
-def pad_tree(tree: TokenTree, budget: int) -> TokenTree:
-    """A tree of fewer chunk tokens padded to ``budget`` (padding as ``build_tree`` lays it out)."""
-    extra = budget - tree.budget
-    if extra <= 0:
-        return tree
-    fill = {"tokens": 0, "parents": -1, "depth": 0, "valid": False, "first_child": -1, "next_sibling": -1}
-    return TokenTree(**{f.name: np.concatenate([getattr(tree, f.name),
-                                                np.full(extra, fill[f.name], getattr(tree, f.name).dtype)])
-                        for f in dataclasses.fields(TokenTree)})
 
 
 class SpecPlanner:
