@@ -8,8 +8,12 @@ loaded (configs come from the GGUF headers), so a sharding regression shows with
 Steps: prefill (one 256-token causal chunk, sample), tree score (verification: 5 branches of 24 tokens after
 a 256-token cached prefix, one packed tree chunk, log-probs), decode (8 sequences x 1 token, sample).
 
+MoE row: ``--models mixtral-8x7b-2l`` (Mixtral-8x7B's shapes, 2 of its 32 layers, from ``SHAPE_ONLY``; no file
+needed), e.g. ``--models mixtral-8x7b-2l --out benchmarks/results/collectives_moe.json``.
+
 Usage: python benchmarks/collectives.py [--models gemma3-270m,smollm2-135m-instruct]
-       [--specs "model=8;data=2,model=4;model=2"] [--out benchmarks/results/collectives.json]
+       [--specs "model=8;data=2,model=4;model=2;model=8/experts=model"] [--out benchmarks/results/collectives.json]
+(a spec's "/k=v" suffixes override axis rules, e.g. ``/experts=model`` for expert parallelism)
 (sets XLA_FLAGS=--xla_force_host_platform_device_count=8 itself when XLA_FLAGS is unset)
 """
 
@@ -36,13 +40,23 @@ from specrag_jax.models.packing import Chunk, pack_chunks  # noqa: E402
 from specrag_jax.models.runner import _BODIES  # noqa: E402
 from specrag_jax.parallel import Placement, make_mesh, parse_mesh_spec  # noqa: E402
 from specrag_jax.parallel.hlo import collective_stats  # noqa: E402
+from specrag_jax.parallel.rules import DEFAULT_RULES  # noqa: E402
 
 PAGE_SIZE, NUM_PAGES, MAX_PAGES = 16, 256, 32
 
 
+# Shape-only configs (no checkpoint on disk): Mixtral-8x7B's layer shapes, with 2 of its 32 layers.
+SHAPE_ONLY = {"mixtral-8x7b-2l": dict(arch="mixtral", vocab_size=32000, hidden_size=4096, intermediate_size=14336,
+                                      num_layers=2, num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=1e6,
+                                      tie_embeddings=False, num_experts=8, experts_per_token=2)}
+
+
 def model_config(name: str) -> ModelConfig:
-    """The config from the GGUF header only (no tensors read)."""
+    """The config from the GGUF header only (no tensors read), or a ``SHAPE_ONLY`` entry."""
     from specrag_jax.models.gguf_loader import gguf_config, open_gguf
+
+    if name in SHAPE_ONLY:
+        return ModelConfig(**SHAPE_ONLY[name], name=name)
     from specrag_jax.models.registry import resolve_model_path
 
     path = resolve_model_path(name)
@@ -86,10 +100,14 @@ def steps() -> dict[str, tuple[str, object, tuple]]:
 
 
 def measure(cfg: ModelConfig, spec: str, dtype: str) -> dict:
+    """One mesh spec, optionally with rule overrides after a "/": ``model=8/experts=model`` (expert parallel)."""
+    label = spec
+    spec, *overrides = spec.split("/")
+    rules = {**DEFAULT_RULES, **dict(o.split("=", 1) for o in overrides)}
     size = 1
     for v in parse_mesh_spec(spec).values():
         size *= v
-    placement = Placement(make_mesh(spec, jax.devices()[:size]))
+    placement = Placement(make_mesh(spec, jax.devices()[:size]), rules)
     params = abstract_params(cfg, jnp.dtype(dtype))
     p_sh = placement.param_shardings(cfg, params)
     pool_sh = placement.pool_shardings(cfg, NUM_PAGES)
@@ -97,7 +115,7 @@ def measure(cfg: ModelConfig, spec: str, dtype: str) -> dict:
     pool = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(pool_shape.shape, pool_shape.dtype, sharding=s),
                                   pool_sh)
     params = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), params, p_sh)
-    out = {"mesh": spec, "devices": size, "sharding": placement.describe(cfg, params, NUM_PAGES), "steps": {}}
+    out = {"mesh": label, "devices": size, "sharding": placement.describe(cfg, params, NUM_PAGES), "steps": {}}
     out["sharding"].pop("params")
     for name, (kind, step, extra) in steps().items():
         body, n_in, n_out = _BODIES[kind]
@@ -130,7 +148,8 @@ def main(argv=None) -> int:
         cfg = model_config(name)
         results["models"][name] = {"config": {"heads": cfg.num_heads, "kv_heads": cfg.num_kv_heads,
                                               "hidden": cfg.hidden_size, "mlp": cfg.intermediate_size,
-                                              "vocab": cfg.vocab_size, "layers": cfg.num_layers},
+                                              "vocab": cfg.vocab_size, "layers": cfg.num_layers,
+                                              "experts": cfg.num_experts, "experts_per_token": cfg.experts_per_token},
                                    "meshes": [measure(cfg, spec, args.dtype) for spec in args.specs.split(";")]}
         for m in results["models"][name]["meshes"]:
             for step, r in m["steps"].items():

@@ -75,9 +75,16 @@ def main() -> None:
                                     "same_set_as_full": {d["id"] for d in top} == {d["id"] for d in full},
                                     "recall": own_passage_recall(own, keys(top))}
         per_q.append(rec)
+        _write(args, corpus, per_q, reranker, patiences)
         _log(f"q{q}: {len(cands)} candidates {fine_s:.1f}s recall bm25 {rec['recall_bm25']} full "
              f"{rec['recall_full_rerank']} " + " ".join(f"p{p}: saved {v['saved_fraction']:.2f} same "
                                                         f"{v['same_set_as_full']}" for p, v in rec["early"].items()))
+    _log(f"wrote {_write(args, corpus, per_q, reranker, patiences)}")
+
+
+def _write(args: argparse.Namespace, corpus: list, per_q: list[dict], reranker: Reranker, patiences: list[int]):
+    """Summarise the questions done so far and write the results file (after every question: a long run keeps
+    what it measured)."""
     mean = lambda xs: statistics.fmean([x for x in xs if x is not None])  # noqa: E731
     summary = {
         "questions": len(per_q), "corpus_passages": len(corpus), "pairs_scored": sum(r["candidates"] for r in per_q),
@@ -95,7 +102,8 @@ def main() -> None:
                "group": args.group, "max_doc_tokens": args.max_doc_tokens, "summary": summary,
                "per_question": per_q, "reranker_stats": dataclasses.asdict(reranker.stats),
                "loadavg_end": loadavg()}
-    _log(f"wrote {write_results(args.out, payload)}")
+    return write_results(args.out, payload)
+
 
 
 if __name__ == "__main__":

@@ -123,6 +123,8 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
     from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 
     p.add_argument("--drafter", default=DEFAULT_DRAFTER)
+    p.add_argument("--drafter-adapter", default=None, metavar="DIR",
+                   help="a `specrag train --out` folder: its adapters are merged into the drafter at load")
     p.add_argument("--verifier", default=DEFAULT_VERIFIER)
     p.add_argument("--n-docs", type=int, default=10, help="documents retrieved (or read from the passages)")
     p.add_argument("--m", type=int, default=5, help="number of drafts")
@@ -147,6 +149,15 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
     add_mesh_arguments(p)
 
 
+def _adapter(args: argparse.Namespace):
+    """The drafter's weight transform of ``--drafter-adapter`` (None without one)."""
+    if args.drafter_adapter is None:
+        return None
+    from specrag_jax.training.adapter import adapter_transform  # optax / orbax only when an adapter is used
+
+    return adapter_transform(args.drafter, args.drafter_adapter)
+
+
 def _build_rag(args: argparse.Namespace, corpus, config):
     """build_specrag with the drafter/verifier placements from --mesh / --drafter-devices / --verifier-devices."""
     from specrag_jax.parallel.cli import placements_from_args
@@ -156,6 +167,7 @@ def _build_rag(args: argparse.Namespace, corpus, config):
     progress: Progress = args.progress
     with stage(progress, "loading") as detail:
         rag = build_specrag(args.drafter, args.verifier, corpus, config, kv_dir=args.kv_store,
+                            drafter_transform=_adapter(args),
                             drafter_placement=placements.drafter,
                             verifier_placement=placements.verifier)
         detail.append(f"drafter {args.drafter} {getattr(rag.drafter, 'load_s', 0.0):.1f} s, verifier "
@@ -175,6 +187,9 @@ def _rag_config(args: argparse.Namespace):
                     verifier_prompt=args.verifier_prompt, proposer=args.proposer, tree_budget=args.spec_budget,
                     **rerank_fields(args))
     cfg.check()
+    if cfg.progressive_prefill:  # refused before loading models (pipeline/progressive.py)
+        raise SpecRagError("--progressive-prefill needs the serving engines' prefix cache (specrag serve); ask and "
+                           "eval run the direct executor, which has none")
     return cfg
 
 
@@ -240,6 +255,7 @@ def _eval(args: argparse.Namespace) -> int:
     results = evaluate(rag, rows, methods, progress=not (args.json or args.quiet), corpus=corpus)
     predictions = results.pop("predictions")
     results["config"] = {"data": args.data, "limit": args.limit, "drafter": args.drafter,
+                         "drafter_adapter": args.drafter_adapter,
                          "verifier": args.verifier, "n_docs": config.n_docs, "m": config.m, "k": config.k,
                          "normalize": config.scores.normalize, "terms": list(config.scores.terms),
                          "sr": config.scores.sr, "tau_min": config.tau_min, "fallback": config.fallback,
@@ -283,6 +299,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from specrag_jax.rerank.cli import add_index_parser
 
     add_index_parser(sub)
+    from specrag_jax.pipeline.drafter_data_cli import add_drafter_data_parser
+
+    add_drafter_data_parser(sub)
+    from specrag_jax.training.cli import add_train_parser
+
+    add_train_parser(sub)
     args = parser.parse_args(argv)
     args.progress = NO_PROGRESS if getattr(args, "quiet", True) else StderrProgress()
     quiet_library_logs()
@@ -298,6 +320,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return args.serve_main(args)
         if args.command == "index":
             return args.index_main(args)
+        if args.command == "make-drafter-data":
+            return args.drafter_data_main(args)
+        if args.command == "train":
+            return args.train_main(args)
     except SpecRagError as exc:
         args.progress.fail("")
         print(f"specrag: error: {exc}", file=sys.stderr)

@@ -44,9 +44,8 @@ def config_to_json(cfg: ModelConfig) -> str:
 
 
 def config_from_json(text: str) -> ModelConfig:
-    data = json.loads(text)
-    data["eos_token_ids"] = tuple(data.get("eos_token_ids", ()))
-    return ModelConfig(**data)
+    data = json.loads(text)  # JSON lists back to tuples (eos_token_ids, layer_types): the config stays hashable
+    return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
 def save_params(directory: str | Path, params: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""Model configuration for the decoder families we serve (Gemma 3, Llama and Qwen2).
+"""Model configuration for the decoder families we serve (Gemma 3, Llama, Qwen2, Qwen3, Mistral and Mixtral).
 
 Parameter tree (Linen, layers stacked on a leading axis of size ``num_layers``)::
 
@@ -11,8 +11,8 @@ Parameter tree (Linen, layers stacked on a leading axis of size ``num_layers``):
           "k": {"kernel": [L, hidden, num_kv_heads * head_dim]},  #   with attention_bias (Qwen2)
           "v": {"kernel": [L, hidden, num_kv_heads * head_dim]},
           "o": {"kernel": [L, num_heads * head_dim, hidden]},
-          "q_norm": {"scale": [L, head_dim]},      # qk_norm only (Gemma 3)
-          "k_norm": {"scale": [L, head_dim]},      # qk_norm only (Gemma 3)
+          "q_norm": {"scale": [L, head_dim]},      # qk_norm only (Gemma 3, Qwen3)
+          "k_norm": {"scale": [L, head_dim]},      # qk_norm only (Gemma 3, Qwen3)
         },
         "post_attn_norm": {"scale": [L, hidden]},  # sandwich_norm only (Gemma 3)
         "mlp_norm":       {"scale": [L, hidden]},
@@ -23,6 +23,9 @@ Parameter tree (Linen, layers stacked on a leading axis of size ``num_layers``):
         },
         "post_mlp_norm":  {"scale": [L, hidden]},  # sandwich_norm only (Gemma 3)
       },
+      # num_experts > 0 (Mixtral): "mlp" is the sparse MoE block of moe.py instead, E = num_experts:
+      #   "router": {"kernel": [L, hidden, E]}, "gate"/"up": {"kernel": [L, E, hidden, intermediate]},
+      #   "down": {"kernel": [L, E, intermediate, hidden]}  (intermediate = each expert's)
       "final_norm": {"scale": [hidden]},
       "lm_head":    {"kernel": [hidden, vocab]},   # only when not tie_embeddings
     }
@@ -39,7 +42,9 @@ from typing import Any
 
 from specrag_jax.errors import SpecRagError
 
-SUPPORTED_ARCHITECTURES = ("gemma3", "llama", "qwen2")
+SUPPORTED_ARCHITECTURES = ("gemma3", "llama", "mistral", "mixtral", "qwen2", "qwen3")
+MOE_IMPLS = ("auto", "ragged", "gather")  # see ModelConfig.moe_impl_for
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +64,7 @@ class ModelConfig:
     rope_local_theta: float = 10000.0
     sliding_window: int | None = None
     sliding_window_pattern: int = 0
+    layer_types: tuple[str, ...] = ()  # per layer, one of LAYER_TYPES; overrides sliding_window_pattern
     query_pre_attn_scalar: float | None = None
     max_position_embeddings: int = 8192
     tie_embeddings: bool = True
@@ -72,6 +78,9 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     name: str = ""
+    num_experts: int = 0  # > 0: sparse MoE feed-forward (Mixtral) with intermediate_size per expert
+    experts_per_token: int = 0  # router top-k
+    moe_impl: str = "auto"  # one of MOE_IMPLS
 
     def __post_init__(self) -> None:
         if self.arch not in SUPPORTED_ARCHITECTURES:
@@ -84,6 +93,23 @@ class ModelConfig:
             )
         if self.activation not in ("silu", "gelu_tanh"):
             raise SpecRagError(f"unsupported activation {self.activation!r}")
+        if self.layer_types and (len(self.layer_types) != self.num_layers or set(self.layer_types) - set(LAYER_TYPES)):
+            raise SpecRagError(f"layer_types must name {self.num_layers} layers, each one of {LAYER_TYPES}; "
+                               f"got {list(self.layer_types)}")
+
+        if self.num_experts < 0 or (self.num_experts and not 1 <= self.experts_per_token <= self.num_experts):
+            raise SpecRagError(f"experts_per_token={self.experts_per_token} must be in 1..num_experts="
+                               f"{self.num_experts}")
+        if self.moe_impl not in MOE_IMPLS:
+            raise SpecRagError(f"unknown moe_impl {self.moe_impl!r}; expected one of {MOE_IMPLS}")
+
+    def moe_impl_for(self, num_tokens: int) -> str:
+        """The MoE implementation for a step of ``num_tokens`` (a static shape). ``auto``: "gather" while
+        tokens * k <= experts (it copies only the chosen experts' weights: decode of a few sequences), else
+        "ragged" (grouped matmul over tokens sorted by expert; each expert's weights read once)."""
+        if self.moe_impl != "auto":
+            return self.moe_impl
+        return "gather" if num_tokens * self.experts_per_token <= self.num_experts else "ragged"
 
     @property
     def attn_scale(self) -> float:
@@ -92,8 +118,14 @@ class ModelConfig:
         return float(base) ** -0.5
 
     def is_sliding_layer(self, layer: int) -> bool:
-        """True for local (sliding-window) layers; Gemma 3 makes every ``pattern``-th layer global."""
-        if self.sliding_window is None or self.sliding_window_pattern <= 0:
+        """True for local (sliding-window) layers: per ``layer_types`` when given (Mistral: every layer;
+        Qwen2/3 with use_sliding_window: layers from max_window_layers on), else every layer except each
+        ``sliding_window_pattern``-th (Gemma 3)."""
+        if self.sliding_window is None:
+            return False
+        if self.layer_types:
+            return self.layer_types[layer] == "sliding_attention"
+        if self.sliding_window_pattern <= 0:
             return False
         return (layer + 1) % self.sliding_window_pattern != 0
 
@@ -102,7 +134,8 @@ class ModelConfig:
         return [self.sliding_window if self.is_sliding_layer(i) else 0 for i in range(self.num_layers)]
 
     def layer_rope_thetas(self) -> list[float]:
-        """Per-layer RoPE base: Gemma 3's local layers use ``rope_local_theta``."""
+        """Per-layer RoPE base: local layers use ``rope_local_theta`` (Gemma 3's differs; the loaders set
+        it to ``rope_theta`` for every other family)."""
         return [
             self.rope_local_theta if self.is_sliding_layer(i) else self.rope_theta
             for i in range(self.num_layers)
@@ -138,10 +171,17 @@ ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
 # Qwen2 / Qwen2.5: Llama's block with biases on q/k/v (not o), rotate-half ("NEOX") RoPE as stored
 # (llama.cpp does not permute qwen2's Q/K rows). Its sliding window is off in every released config.
 ARCH_DEFAULTS["qwen2"] = dict(ARCH_DEFAULTS["llama"], attention_bias=True)
+# Qwen3: Llama's block with an RMSNorm over each head's q and k (before RoPE), no q/k/v bias by default.
+ARCH_DEFAULTS["qwen3"] = dict(ARCH_DEFAULTS["llama"], qk_norm=True)
+# Mistral: Llama's block; its sliding window (config.json) covers every layer (``layer_types``).
+ARCH_DEFAULTS["mistral"] = dict(ARCH_DEFAULTS["llama"])
+# Mixtral: Mistral's attention (sliding window from config.json, none in GGUF) with a sparse MoE feed-forward;
+# num_experts / experts_per_token come from config.json or the GGUF's llama.expert_count / expert_used_count.
+ARCH_DEFAULTS["mixtral"] = dict(ARCH_DEFAULTS["llama"])
 
 
 def tiny_config(arch: str = "llama", **overrides: Any) -> ModelConfig:
-    """A small random-weight config for tests (both families)."""
+    """A small random-weight config for tests (any family)."""
     base: dict[str, Any] = dict(
         arch=arch,
         vocab_size=97,
@@ -159,7 +199,11 @@ def tiny_config(arch: str = "llama", **overrides: Any) -> ModelConfig:
     base.update(ARCH_DEFAULTS[arch])
     if arch == "gemma3":
         base.update(sliding_window=8, sliding_window_pattern=2, rope_theta=1e6, query_pre_attn_scalar=16)
+    if arch == "mixtral":
+        base.update(num_experts=8, experts_per_token=2, intermediate_size=32, sliding_window=8)
     base.update(overrides)
+    if arch == "mixtral" and base["sliding_window"] and "layer_types" not in overrides:
+        base["layer_types"] = ("sliding_attention",) * base["num_layers"]
     return ModelConfig(**base)
 
 
@@ -179,16 +223,12 @@ def param_shapes(cfg: ModelConfig) -> dict[str, Any]:
     if cfg.qk_norm:
         attn["q_norm"] = {"scale": (L, D)}
         attn["k_norm"] = {"scale": (L, D)}
-    layers: dict[str, Any] = {
-        "attn_norm": {"scale": (L, H)},
-        "attn": attn,
-        "mlp_norm": {"scale": (L, H)},
-        "mlp": {
-            "gate": {"kernel": (L, H, I)},
-            "up": {"kernel": (L, H, I)},
-            "down": {"kernel": (L, I, H)},
-        },
-    }
+    E = cfg.num_experts
+    mlp: dict[str, Any] = {"gate": {"kernel": (L, H, I)}, "up": {"kernel": (L, H, I)}, "down": {"kernel": (L, I, H)}}
+    if E:
+        mlp = {"router": {"kernel": (L, H, E)}, "gate": {"kernel": (L, E, H, I)}, "up": {"kernel": (L, E, H, I)},
+               "down": {"kernel": (L, E, I, H)}}
+    layers: dict[str, Any] = {"attn_norm": {"scale": (L, H)}, "attn": attn, "mlp_norm": {"scale": (L, H)}, "mlp": mlp}
     if cfg.sandwich_norm:
         layers["post_attn_norm"] = {"scale": (L, H)}
         layers["post_mlp_norm"] = {"scale": (L, H)}

@@ -4,7 +4,12 @@ Tensors are dequantised with ``gguf.quants.dequantize`` and mapped into the stac
 ``param_shapes(cfg)``: GGML stores matrices as ``[out, in]`` rows, our kernels are ``[in, out]``.
 Llama-architecture files have Q/K rows permuted by llama.cpp for its interleaved RoPE; we undo
 that (as transformers' ``reverse_permute_weights`` does) so the model can use rotate-half RoPE.
-Qwen2 files are not permuted (llama.cpp runs qwen2 with NEOX, i.e. rotate-half, RoPE).
+Qwen2 and Qwen3 files are not permuted (llama.cpp runs them with NEOX, i.e. rotate-half, RoPE); Qwen3's
+per-head norms are ``attn_q_norm`` / ``attn_k_norm`` as Gemma 3's. Mistral models arrive as "llama" files
+(llama.cpp's converter writes no sliding window for them). Mixtral files are "llama" files with
+``llama.expert_count`` / ``llama.expert_used_count`` (read as our "mixtral" arch, Q/K permuted as Llama's): a
+router ``blk.{i}.ffn_gate_inp`` and experts ``ffn_{gate,up,down}_exps`` stacked on an expert axis, or, in older
+files, one ``ffn_{gate,up,down}.{j}`` tensor per expert.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.config import ARCH_DEFAULTS, SUPPORTED_ARCHITECTURES, ModelConfig, param_shapes
+from specrag_jax.models.config import ARCH_DEFAULTS, ModelConfig, param_shapes
 from specrag_jax.models.tree_paths import flatten_tree, unflatten
 
 Q = GGMLQuantizationType
@@ -26,6 +31,7 @@ SUPPORTED_QUANT_TYPES = frozenset(
     {Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K}
 )
 GEMMA3_END_OF_TURN = 106
+GGUF_ARCHITECTURES = ("gemma3", "llama", "qwen2", "qwen3")  # general.architecture values we read
 
 # Our leaf ("layers/..." paths use "{i}" for the layer index) -> GGUF tensor name.
 GGUF_NAMES: dict[str, str] = {
@@ -49,6 +55,12 @@ GGUF_NAMES: dict[str, str] = {
     "layers/mlp/down/kernel": "blk.{i}.ffn_down.weight",
     "layers/post_mlp_norm/scale": "blk.{i}.post_ffw_norm.weight",
 }
+# Mixture of experts: experts stacked on one axis (current llama.cpp), or one tensor per expert (older files).
+_FFN = ("gate", "up", "down")
+GGUF_MOE_NAMES = {"layers/mlp/router/kernel": "blk.{i}.ffn_gate_inp.weight",
+                  **{f"layers/mlp/{n}/kernel": f"blk.{{i}}.ffn_{n}_exps.weight" for n in _FFN}}
+GGUF_MOE_LEGACY_NAMES = {**GGUF_MOE_NAMES,
+                         **{f"layers/mlp/{n}/kernel": f"blk.{{i}}.ffn_{n}.{{j}}.weight" for n in _FFN}}
 
 
 def flatten_shapes(tree: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -65,7 +77,8 @@ def assemble_params(
     fetch: Callable[[str, str], np.ndarray],
     leaf_fn: LeafFn | None = None,
 ) -> dict[str, Any]:
-    """Build the stacked tree; ``fetch(source_name, leaf)`` returns an ``[out, in]`` float32 array.
+    """Build the stacked tree; ``fetch(source_name, leaf)`` returns an ``[out, in]`` (experts: ``[E, out, in]``)
+    float32 array; a name with ``{j}`` is fetched once per expert and stacked.
 
     Kernels are transposed to ``[in, out]``; per-layer tensors are written into one stacked array.
     Each finished float32 leaf goes through ``leaf_fn`` (e.g. a cast to a jax array) before the next
@@ -85,14 +98,26 @@ def assemble_params(
             continue
         stacked = np.empty(shape, dtype=np.float32)
         for i in range(cfg.num_layers):
-            name = template.format(i=i)
-            w = fetch(name, leaf)
-            w = w.T if kernel else w
+            name = template.replace("{j}", "*").format(i=i)
+            if "{j}" in template:  # one tensor per expert: stacked on a leading expert axis
+                w = np.stack([_fetch_checked(fetch, template.format(i=i, j=j), leaf, shape[2:])
+                              for j in range(cfg.num_experts)])
+            else:
+                w = fetch(name, leaf)
+            w = np.swapaxes(w, -1, -2) if kernel else w  # [E,] out, in -> [E,] in, out
             _check_shape(name, w.shape, shape[1:])
             stacked[i] = w
         flat[leaf] = finish(stacked)
         del stacked
     return unflatten(flat)
+
+
+def _fetch_checked(fetch: Callable[[str, str], np.ndarray], name: str, leaf: str,
+                   want: tuple[int, ...]) -> np.ndarray:
+    """One expert's ``[out, in]`` tensor, its shape checked (as ``[in, out]``) before stacking."""
+    w = fetch(name, leaf)
+    _check_shape(name, w.shape[::-1], want)
+    return w
 
 
 def _check_shape(name: str, got: tuple[int, ...], want: tuple[int, ...]) -> None:
@@ -189,9 +214,9 @@ def _field(reader: GGUFReader, key: str, default: Any = ...) -> Any:
 def gguf_config(reader: GGUFReader, path: str | Path = "") -> ModelConfig:
     """Build a ``ModelConfig`` from a GGUF header (plus ``ARCH_DEFAULTS`` for what it lacks)."""
     arch = str(_field(reader, "general.architecture"))
-    if arch not in SUPPORTED_ARCHITECTURES:
+    if arch not in GGUF_ARCHITECTURES:
         raise SpecRagError(
-            f"unsupported architecture {arch!r} in GGUF file {path}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"unsupported architecture {arch!r} in GGUF file {path}; supported: {', '.join(GGUF_ARCHITECTURES)}"
         )
     tensors = {t.name: t for t in reader.tensors}
     if "token_embd.weight" not in tensors:
@@ -225,6 +250,18 @@ def gguf_config(reader: GGUFReader, path: str | Path = "") -> ModelConfig:
         bos_token_id=_field(reader, "tokenizer.ggml.bos_token_id", None),
         name=str(_field(reader, "general.name", Path(path).stem)),
     )
+    if arch != "gemma3":
+        values["rope_local_theta"] = values["rope_theta"]  # no local layers: one RoPE base (as hf_config sets it)
+    experts = int(_field(reader, f"{arch}.expert_count", 0) or 0)
+    if experts:
+        if arch != "llama":
+            raise SpecRagError(f"GGUF file {path}: {arch} with experts ({arch}.expert_count) is not supported")
+        if int(_field(reader, f"{arch}.expert_shared_count", 0) or 0):
+            raise SpecRagError(f"GGUF file {path}: shared experts ({arch}.expert_shared_count) are not supported")
+        if int(_field(reader, f"{arch}.expert_gating_func", 1) or 1) != 1:
+            raise SpecRagError(f"GGUF file {path}: expert gating other than softmax is not supported")
+        values.update(ARCH_DEFAULTS["mixtral"], arch="mixtral", num_experts=experts,
+                      experts_per_token=int(_field(reader, f"{arch}.expert_used_count")))
     eos: list[int] = []
     for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"):
         value = _field(reader, key, None)
@@ -258,6 +295,9 @@ def load_gguf(path: str | Path, leaf_fn: LeafFn | None = None) -> tuple[ModelCon
     tensors = {t.name: t for t in reader.tensors}
     used: set[str] = set()
     permute = {"layers/attn/q/kernel": cfg.num_heads, "layers/attn/k/kernel": cfg.num_kv_heads}
+    names = dict(GGUF_NAMES)
+    if cfg.num_experts:
+        names.update(GGUF_MOE_NAMES if "blk.0.ffn_gate_exps.weight" in tensors else GGUF_MOE_LEGACY_NAMES)
 
     def fetch(name: str, leaf: str) -> np.ndarray:
         tensor = tensors.get(name)
@@ -272,11 +312,11 @@ def load_gguf(path: str | Path, leaf_fn: LeafFn | None = None) -> tuple[ModelCon
             w = _dequantize_rows(tensor.data, tensor.tensor_type)
         except Exception as exc:
             raise SpecRagError(f"cannot dequantize tensor {name!r} ({tensor.tensor_type.name}): {exc}") from None
-        if cfg.arch == "llama" and leaf in permute:
+        if cfg.arch in ("llama", "mixtral") and leaf in permute:
             w = reverse_permute_qk(w, permute[leaf])
         return w
 
-    params = assemble_params(cfg, GGUF_NAMES, fetch, leaf_fn)
+    params = assemble_params(cfg, names, fetch, leaf_fn)
     unused = sorted(set(tensors) - used)
     if unused:
         more = f" (+{len(unused) - 3} more)" if len(unused) > 3 else ""

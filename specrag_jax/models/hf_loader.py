@@ -1,7 +1,10 @@
-"""Read a Hugging Face checkpoint directory (config.json + *.safetensors) for Llama, Qwen2 and Gemma 3.
+"""Read a Hugging Face checkpoint directory (config.json + *.safetensors) of a supported decoder family.
 
-Supports ``LlamaForCausalLM`` (model_type "llama"), ``Qwen2ForCausalLM`` (model_type "qwen2": q/k/v
-biases) and ``Gemma3ForCausalLM`` (model_type "gemma3_text", or "gemma3" with a ``text_config``). Shards listed in
+Supports ``LlamaForCausalLM`` (model_type "llama"), ``MistralForCausalLM`` ("mistral": Llama's tensors, a
+sliding window), ``Qwen2ForCausalLM`` ("qwen2": q/k/v biases), ``Qwen3ForCausalLM`` ("qwen3": per-head q/k
+norms), ``MixtralForCausalLM`` ("mixtral": per-expert ``block_sparse_moe.experts.{j}.w1/w2/w3`` stacked on an
+expert axis, or the fused in-memory ``mlp.experts.gate_up_proj``) and ``Gemma3ForCausalLM`` ("gemma3_text",
+or "gemma3" with a ``text_config``); the config is read by ``hf_config.py``. Shards listed in
 ``model.safetensors.index.json`` are opened lazily, one tensor at a time. Hugging Face Gemma norms
 store ``w`` and apply ``1 + w``; we add the 1 so every norm scale is multiplicative.
 """
@@ -17,8 +20,9 @@ import numpy as np
 from safetensors import safe_open
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.config import ARCH_DEFAULTS, ModelConfig
+from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.gguf_loader import LeafFn, assemble_params
+from specrag_jax.models.hf_config import hf_config_to_model_config, read_config
 
 _COMMON = {
     "embed/embedding": "embed_tokens.weight",
@@ -33,125 +37,42 @@ _COMMON = {
     "layers/mlp/down/kernel": "layers.{i}.mlp.down_proj.weight",
 }
 # Our leaf -> HF name without the "model." prefix ("lm_head/kernel" is resolved separately).
+_LLAMA = {**_COMMON, "layers/mlp_norm/scale": "layers.{i}.post_attention_layernorm.weight"}
+_QK_NORMS = {
+    "layers/attn/q_norm/scale": "layers.{i}.self_attn.q_norm.weight",
+    "layers/attn/k_norm/scale": "layers.{i}.self_attn.k_norm.weight",
+}
 HF_NAMES: dict[str, dict[str, str]] = {
-    "llama": {**_COMMON, "layers/mlp_norm/scale": "layers.{i}.post_attention_layernorm.weight"},
+    "llama": _LLAMA,
+    "mistral": _LLAMA,
     "qwen2": {
-        **_COMMON,
-        "layers/mlp_norm/scale": "layers.{i}.post_attention_layernorm.weight",
+        **_LLAMA,
         "layers/attn/q/bias": "layers.{i}.self_attn.q_proj.bias",
         "layers/attn/k/bias": "layers.{i}.self_attn.k_proj.bias",
         "layers/attn/v/bias": "layers.{i}.self_attn.v_proj.bias",
     },
+    "qwen3": {**_LLAMA, **_QK_NORMS},
+    # As save_pretrained writes Mixtral (transformers 5.24 converts its fused in-memory experts back to these).
+    "mixtral": {**{k: v for k, v in _LLAMA.items() if "/mlp/" not in k},
+                "layers/mlp/router/kernel": "layers.{i}.block_sparse_moe.gate.weight",
+                "layers/mlp/gate/kernel": "layers.{i}.block_sparse_moe.experts.{j}.w1.weight",
+                "layers/mlp/up/kernel": "layers.{i}.block_sparse_moe.experts.{j}.w3.weight",
+                "layers/mlp/down/kernel": "layers.{i}.block_sparse_moe.experts.{j}.w2.weight"},
     "gemma3": {
         **_COMMON,
-        "layers/attn/q_norm/scale": "layers.{i}.self_attn.q_norm.weight",
-        "layers/attn/k_norm/scale": "layers.{i}.self_attn.k_norm.weight",
+        **_QK_NORMS,
         "layers/post_attn_norm/scale": "layers.{i}.post_attention_layernorm.weight",
         "layers/mlp_norm/scale": "layers.{i}.pre_feedforward_layernorm.weight",
         "layers/post_mlp_norm/scale": "layers.{i}.post_feedforward_layernorm.weight",
     },
 }
+# transformers' in-memory Mixtral layout (fused gate_up_proj [E, 2I, H]; "#gate"/"#up" select the halves).
+MIXTRAL_FUSED = {"layers/mlp/router/kernel": "layers.{i}.mlp.gate.weight",
+                 "layers/mlp/gate/kernel": "layers.{i}.mlp.experts.gate_up_proj#gate",
+                 "layers/mlp/up/kernel": "layers.{i}.mlp.experts.gate_up_proj#up",
+                 "layers/mlp/down/kernel": "layers.{i}.mlp.experts.down_proj"}
 _MODEL_PREFIXES = ("model.", "model.language_model.", "language_model.model.")
 _LM_HEADS = ("lm_head.weight", "language_model.lm_head.weight")
-_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
-
-
-def _read_config(directory: Path) -> dict[str, Any]:
-    path = directory / "config.json"
-    if not path.is_file():
-        raise SpecRagError(f"not a Hugging Face model directory (no config.json): {directory}")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise SpecRagError(f"cannot read {path}: {exc}") from None
-
-
-def _rope(cfg: dict[str, Any]) -> tuple[float, float]:
-    """(global theta, local theta) from either the v5 ``rope_parameters`` or the older keys."""
-    params = cfg.get("rope_parameters")
-    scaling = cfg.get("rope_scaling") or {}
-    if isinstance(params, dict) and "full_attention" in params:
-        full, local = params["full_attention"], params.get("sliding_attention", {})
-    elif isinstance(params, dict):
-        full, local = params, {}
-    else:
-        full = {"rope_theta": cfg.get("rope_theta", 10000.0), **scaling}
-        local = {}
-    for p in (full, local):
-        kind = p.get("rope_type", p.get("type", "default"))
-        if kind not in ("default", None):
-            raise SpecRagError(f"RoPE scaling type {kind!r} is not supported")
-    local_theta = local.get("rope_theta", cfg.get("rope_local_base_freq", 10000.0))
-    return float(full.get("rope_theta", 10000.0)), float(local_theta)
-
-
-def _sliding_pattern(cfg: dict[str, Any], num_layers: int) -> int:
-    """Gemma 3's "every N-th layer is global" period, checked against ``layer_types`` if given."""
-    pattern = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or 6
-    types = cfg.get("layer_types")
-    if not types:
-        return int(pattern)
-    if "full_attention" in types:
-        pattern = types.index("full_attention") + 1
-    elif len(types) >= pattern:
-        pattern = len(types) + 1
-    expected = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(num_layers)]
-    if list(types) != expected:
-        raise SpecRagError(f"layer_types {types} is not a periodic sliding/global pattern")
-    return int(pattern)
-
-
-def hf_config_to_model_config(raw: dict[str, Any], name: str = "") -> ModelConfig:
-    """Translate a Hugging Face ``config.json`` dict into our ``ModelConfig``."""
-    model_type = raw.get("model_type")
-    cfg = raw
-    if model_type == "gemma3":
-        cfg = {**raw.get("text_config", {}), "tie_word_embeddings": raw.get("tie_word_embeddings", True)}
-        model_type = "gemma3_text"
-    arch = {"llama": "llama", "qwen2": "qwen2", "gemma3_text": "gemma3"}.get(str(model_type))
-    if arch is None:
-        raise SpecRagError(
-            f"unsupported Hugging Face model_type {model_type!r}; supported: llama, qwen2, gemma3_text")
-    if (cfg.get("attention_bias") and arch != "qwen2") or cfg.get("mlp_bias"):
-        raise SpecRagError(f"{model_type}: attention/MLP biases are not supported")
-    if arch == "qwen2" and cfg.get("use_sliding_window"):
-        raise SpecRagError("qwen2: use_sliding_window=true (sliding-window layers) is not supported")
-    act = cfg.get("hidden_activation") or cfg.get("hidden_act") or ("gelu_pytorch_tanh" if arch == "gemma3" else "silu")
-    if act not in _ACTIVATIONS:
-        raise SpecRagError(f"unsupported activation {act!r}")
-    heads = int(cfg["num_attention_heads"])
-    rope_theta, local_theta = _rope(cfg)
-    eos = cfg.get("eos_token_id")
-    eos_ids = tuple(int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else []))
-    values: dict[str, Any] = dict(ARCH_DEFAULTS[arch])
-    values.update(
-        arch=arch,
-        vocab_size=int(cfg["vocab_size"]),
-        hidden_size=int(cfg["hidden_size"]),
-        intermediate_size=int(cfg["intermediate_size"]),
-        num_layers=int(cfg["num_hidden_layers"]),
-        num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
-        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        rope_theta=rope_theta,
-        max_position_embeddings=int(cfg.get("max_position_embeddings", 8192)),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", arch == "gemma3")),
-        activation=_ACTIVATIONS[act],
-        bos_token_id=cfg.get("bos_token_id"),
-        eos_token_ids=eos_ids,
-        name=name,
-    )
-    if arch == "gemma3":
-        values.update(
-            rope_local_theta=local_theta,
-            sliding_window=cfg.get("sliding_window"),
-            sliding_window_pattern=_sliding_pattern(cfg, values["num_layers"]),
-            query_pre_attn_scalar=float(cfg.get("query_pre_attn_scalar") or values["head_dim"]),
-            attn_logit_softcap=cfg.get("attn_logit_softcapping"),
-            final_logit_softcap=cfg.get("final_logit_softcapping"),
-        )
-    return ModelConfig(**values)
 
 
 def _tensor_index(directory: Path) -> dict[str, Path]:
@@ -182,12 +103,15 @@ def load_hf(directory: str | Path, leaf_fn: LeafFn | None = None) -> tuple[Model
     Leaves are float32 numpy arrays, or whatever ``leaf_fn`` makes of each one.
     """
     directory = Path(directory)
-    cfg = hf_config_to_model_config(_read_config(directory), name=directory.name)
+    cfg = hf_config_to_model_config(read_config(directory), name=directory.name)
     index = _tensor_index(directory)
     prefix = next((p for p in _MODEL_PREFIXES if f"{p}embed_tokens.weight" in index), None)
     if prefix is None:
         raise SpecRagError(f"checkpoint in {directory} is missing tensor 'model.embed_tokens.weight'")
-    names = {leaf: prefix + n for leaf, n in HF_NAMES[cfg.arch].items()}
+    table = dict(HF_NAMES[cfg.arch])
+    if cfg.num_experts and f"{prefix}layers.0.mlp.experts.gate_up_proj" in index:
+        table.update(MIXTRAL_FUSED)
+    names = {leaf: prefix + n for leaf, n in table.items()}
     head = next((h for h in _LM_HEADS if h in index), None)
     if not cfg.tie_embeddings:
         if head is None:
@@ -199,6 +123,7 @@ def load_hf(directory: str | Path, leaf_fn: LeafFn | None = None) -> tuple[Model
     handles: dict[Path, Any] = {}
 
     def fetch(name: str, leaf: str) -> np.ndarray:
+        name, _, half = name.partition("#")
         file = index.get(name)
         if file is None:
             raise SpecRagError(f"checkpoint in {directory} is missing tensor {name!r}")
@@ -209,6 +134,8 @@ def load_hf(directory: str | Path, leaf_fn: LeafFn | None = None) -> tuple[Model
         except Exception as exc:
             raise SpecRagError(f"cannot read tensor {name!r} from {file}: {exc}") from None
         w = np.asarray(w, dtype=np.float32)
+        if half:  # fused [E, 2I, H]: gate rows then up rows
+            w = np.split(w, 2, axis=1)[half == "up"]
         if leaf.endswith("scale") and norm_offset:
             w = w + np.float32(norm_offset)
         return w

@@ -12,6 +12,7 @@ import numpy as np
 
 from specrag_jax.kernels import paged_attention, write_kv
 from specrag_jax.kernels.metadata import AttentionMetadata
+from specrag_jax.kernels.sharded import sharded_paged_attention
 from specrag_jax.models.config import ModelConfig
 
 
@@ -100,8 +101,6 @@ class PagedAttention(nn.Module):
         v_pool = write_kv(v_pool, v, meta.write_slots)
         attend = paged_attention
         if self.attention_mesh is not None:
-            from specrag_jax.parallel.attention import sharded_paged_attention
-
             attend = functools.partial(sharded_paged_attention, mesh=self.attention_mesh)
         out = attend(
             q, k, v, k_pool, v_pool, meta,

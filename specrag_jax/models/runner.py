@@ -16,6 +16,7 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import ATTENTION_IMPLS, KVPool, PageAllocator, make_pool
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.packing import Chunk, PackedStep, bucket, pack_chunks
+from specrag_jax.models.placement_api import StepPlacement
 from specrag_jax.models.sampling import sample_tokens
 from specrag_jax.models.scoring import token_logprobs
 from specrag_jax.models.spec_step import pad_trees, speculate_body
@@ -102,11 +103,13 @@ class ModelRunner:
         attention_impl: str = "reference",
         min_token_bucket: int = 16,
         min_page_bucket: int = 16,
-        placement=None,
+        placement: StepPlacement | None = None,
     ) -> None:
-        """``placement``: optional ``specrag_jax.parallel.Placement`` (a mesh + axis rules); when given, the
+        """``placement``: optional ``StepPlacement`` (``specrag_jax.parallel.Placement``); when given, the
         parameters and the pool are sharded over its mesh and every step is compiled with explicit in/out
-        shardings. ``self.device`` is then the mesh's replicated sharding (a ``device_put`` target)."""
+        shardings. ``self.device`` is then the mesh's replicated sharding (a ``device_put`` target).
+        MoE configs use ``min_token_bucket=1``: a padded token is routed like a real one, so a 16-token bucket
+        would make a one-sequence decode step gather 32 experts' weights instead of 2 (benchmarks/moe_decode.py)."""
         if attention_impl not in ATTENTION_IMPLS:
             raise SpecRagError(f"unknown attention_impl {attention_impl!r}; choose one of {ATTENTION_IMPLS}")
         self.cfg = cfg
@@ -128,6 +131,8 @@ class ModelRunner:
         self.max_seq_len = min(max_seq_len, cfg.max_position_embeddings)
         self.max_pages_per_seq = -(-self.max_seq_len // page_size)
         self.attention_impl = attention_impl
+        if cfg.num_experts:  # padded tokens would route (and gather experts) too
+            min_token_bucket = 1
         self.min_token_bucket = min_token_bucket
         self.min_page_bucket = min(min_page_bucket, bucket(self.max_pages_per_seq))
         if placement is None:
@@ -218,9 +223,7 @@ class ModelRunner:
             return fn(self.params, self.pool, *args, **statics)
         fn, in_shardings = self._sharded_step(kind, args, statics)
         if not self.placement.replicated.is_fully_addressable:  # multi-process: every input as a global array
-            from specrag_jax.parallel.placement import put_global
-
-            args = jax.tree_util.tree_map(put_global, tuple(args), tuple(in_shardings[2:]))
+            args = jax.tree_util.tree_map(self.placement.put, tuple(args), tuple(in_shardings[2:]))
             *outs, pool = fn(self.params, self.pool, *args)
             return (*(o.addressable_data(0) for o in outs), pool)  # replicated: every process has all of it
         return fn(self.params, self.pool, *args)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.generation import GenerationResult, Generator
 from specrag_jax.models.loading import load_model_params
 from specrag_jax.models.registry import instruction_tuned
+from specrag_jax.models.placement_api import StepPlacement
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.speculative import Speculation, SpeculationStats
@@ -60,13 +62,18 @@ class TextModel:
         max_batch: int = 4,
         attention_impl: str = "reference",
         cache: bool = True,
-        placement=None,
+        placement: StepPlacement | None = None,
+        transform_params: Callable[[ModelConfig, dict], dict] | None = None,
     ) -> "TextModel":
         """Load weights (GGUF or HF directory; converted params cached on disk, see checkpoint.py) and the tokenizer.
 
-        ``placement``: optional ``specrag_jax.parallel.Placement`` to shard the model over a device mesh."""
+        ``placement``: optional ``specrag_jax.parallel.Placement`` to shard the model over a device mesh.
+        ``transform_params(cfg, params)``: applied to the loaded weights before placing them (the pipeline merges
+        a trained drafter adapter this way, ``training/adapter.py``)."""
         t0 = time.perf_counter()
         cfg, params = load_model_params(name_or_path, dtype=dtype, cache=cache)
+        if transform_params is not None:  # e.g. trained adapters merged into the weights (training/adapter.py)
+            params = transform_params(cfg, params)
         tokenizer = load_tokenizer(name_or_path)
         max_seq_len = min(max_seq_len, cfg.max_position_embeddings)
         if num_pages is None:
@@ -77,13 +84,14 @@ class TextModel:
         return cls(name_or_path, runner, tokenizer, time.perf_counter() - t0, instruct=instruct)
 
     def encode_prompt(self, prompt: str, chat: bool = False) -> list[int]:
-        """Token ids of a prompt (optionally wrapped in the model's chat template); BOS per the tokenizer."""
+        """Token ids of a prompt: with the special tokens transformers' ``tokenizer(prompt)`` adds (the
+        tokenizer's template), or wrapped in the model's chat template (BOS not doubled)."""
         if not prompt:
             raise SpecRagError("empty prompt: nothing to generate from")
         if chat:
             return self.tokenizer.encode_rendered(
                 self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}]))
-        return self.tokenizer.encode(prompt, add_bos=self.tokenizer.add_bos_default)
+        return self.tokenizer.encode(prompt, add_special_tokens=True)
 
     def generate(
         self,

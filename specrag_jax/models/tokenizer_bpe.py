@@ -11,19 +11,17 @@ tokenizer.json: NFC, then one regex split (Llama 3's with single digits), then b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.tokenizer import (
+from specrag_jax.models.tokenizer_base import (
     FALLBACK_CHAT_TEMPLATES,
     Tokenizer,
-    chat_template_from_config,
     end_of_turn_ids,
-    special_token_text,
+    gguf_template,
 )
 
 CONTROL = 3
@@ -64,12 +62,21 @@ class HFTokenizersTokenizer(Tokenizer):
     """A `tokenizers.Tokenizer`, with control tokens split out of the text before it sees it."""
 
     def __init__(self, backend: HFTokenizer, *, bos_id: int | None, eos_ids: tuple[int, ...], pad_id: int | None,
-                 add_bos_default: bool, chat_template: str | None, special_tokens: dict[str, int]) -> None:
+                 add_bos_default: bool, chat_template: str | None, special_tokens: dict[str, int],
+                 backend_splits: bool = False) -> None:
+        """``backend_splits``: the backend knows every control token as an added token and splits the text
+        itself (HF folders: then a Metaspace "first" prefix applies once per text, as in transformers)."""
         self.backend = backend
+        self.backend_splits = backend_splits
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         self.bos_id, self.eos_ids, self.pad_id = bos_id, eos_ids, pad_id
         self.add_bos_default, self.chat_template = add_bos_default, chat_template
         self._init_special(special_tokens)
+
+    def _encode_text(self, text: str) -> list[int]:
+        if self.backend_splits:
+            return self.backend.encode(text, add_special_tokens=False).ids
+        return super()._encode_text(text)
 
     def _encode_plain(self, text: str) -> list[int]:
         return self.backend.encode(text, add_special_tokens=False).ids
@@ -114,35 +121,12 @@ def bpe_from_gguf(meta: dict[str, Any]) -> HFTokenizersTokenizer:
     special = {token: i for i, (token, kind) in enumerate(zip(tokens, types)) if kind == CONTROL}
     bos, eos = meta.get("tokenizer.ggml.bos_token_id"), meta.get("tokenizer.ggml.eos_token_id")
     arch = meta.get("general.architecture", "")
-    return HFTokenizersTokenizer(
+    tok = HFTokenizersTokenizer(
         backend, bos_id=bos, pad_id=meta.get("tokenizer.ggml.padding_token_id"),
         eos_ids=end_of_turn_ids([eos, meta.get("tokenizer.ggml.eot_token_id")], special.get),
         add_bos_default=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
         chat_template=meta.get("tokenizer.chat_template") or FALLBACK_CHAT_TEMPLATES.get(arch),
         special_tokens=special,
     )
-
-
-def hf_json_tokenizer(path: Path, config: dict[str, Any]) -> HFTokenizersTokenizer:
-    """An HF folder's tokenizer.json, with tokenizer_config.json's special tokens and chat template."""
-    try:
-        backend = HFTokenizer.from_file(str(path))
-    except Exception as exc:  # tokenizers raises a bare Exception on a bad file
-        raise SpecRagError(f"cannot load {path}: {exc}") from exc
-    special = {t.content: i for i, t in backend.get_added_tokens_decoder().items() if t.special}
-    for entry in (config.get("added_tokens_decoder") or {}).values():
-        text = special_token_text(entry)
-        if isinstance(entry, dict) and entry.get("special") and text and backend.token_to_id(text) is not None:
-            special[text] = backend.token_to_id(text)
-
-    def lookup(name: str) -> int | None:
-        text = special_token_text(config.get(name))
-        return backend.token_to_id(text) if text is not None else None
-
-    template = chat_template_from_config(config)
-    return HFTokenizersTokenizer(
-        backend, bos_id=lookup("bos_token"), pad_id=lookup("pad_token"),
-        eos_ids=end_of_turn_ids([lookup("eos_token")], special.get),
-        add_bos_default=bool(config.get("add_bos_token", False)),
-        chat_template=template, special_tokens=special,
-    )
+    tok.set_special_template(*gguf_template(meta, tok.add_bos_default))
+    return tok

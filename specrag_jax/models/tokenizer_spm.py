@@ -9,19 +9,17 @@ normalizer that only escapes spaces as U+2581, no dummy prefix space and no whit
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as pb
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.tokenizer import (
+from specrag_jax.models.tokenizer_base import (
     FALLBACK_CHAT_TEMPLATES,
     Tokenizer,
-    chat_template_from_config,
     end_of_turn_ids,
-    special_token_text,
+    gguf_template,
 )
 
 # GGUF token types (llama.cpp's llama_token_type) share their numbers with SentencePiece's piece types.
@@ -118,42 +116,11 @@ def spm_from_gguf(meta: dict[str, Any]) -> SentencePieceTokenizer:
     template = meta.get("tokenizer.chat_template") or FALLBACK_CHAT_TEMPLATES.get(arch)
     lookup = special.get
     eos_ids = end_of_turn_ids([eos, meta.get("tokenizer.ggml.eot_token_id")], lookup)
-    return SentencePieceTokenizer(
+    tok = SentencePieceTokenizer(
         proto, bos_id=bos, eos_ids=eos_ids, pad_id=pad,
         # llama.cpp adds BOS to a SentencePiece vocabulary unless the file says otherwise
         add_bos_default=bool(meta.get("tokenizer.ggml.add_bos_token", True)),
         chat_template=template, special_tokens=special,
     )
-
-
-def spm_from_model_file(path: Path, config: dict[str, Any]) -> SentencePieceTokenizer:
-    """A tokenizer.model from an HF folder, with tokenizer_config.json's special tokens and template."""
-    proto = pb.ModelProto()
-    try:
-        proto.ParseFromString(path.read_bytes())
-    except Exception as exc:  # protobuf raises its own DecodeError
-        raise SpecRagError(f"{path} is not a SentencePiece model: {exc}") from exc
-    special = {p.piece: i for i, p in enumerate(proto.pieces) if p.type == CONTROL}
-    pieces = {p.piece: i for i, p in enumerate(proto.pieces)}
-
-    def lookup(name: str) -> int | None:
-        text = special_token_text(config.get(name))
-        return pieces.get(text) if text is not None else None
-
-    bos = lookup("bos_token")
-    if bos is None and proto.trainer_spec.bos_id >= 0:
-        bos = proto.trainer_spec.bos_id
-    eos = lookup("eos_token")
-    if eos is None and proto.trainer_spec.eos_id >= 0:
-        eos = proto.trainer_spec.eos_id
-    pad = lookup("pad_token")
-    for entry in (config.get("added_tokens_decoder") or {}).values():
-        text = special_token_text(entry)
-        if text in pieces and isinstance(entry, dict) and entry.get("special"):
-            special[text] = pieces[text]
-    return SentencePieceTokenizer(
-        proto, bos_id=bos, eos_ids=end_of_turn_ids([eos], special.get), pad_id=pad,
-        add_bos_default=bool(config.get("add_bos_token", True)),
-        chat_template=chat_template_from_config(config),
-        special_tokens=special,
-    )
+    tok.set_special_template(*gguf_template(meta, tok.add_bos_default))
+    return tok

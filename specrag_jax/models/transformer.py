@@ -1,4 +1,5 @@
-"""The Flax (Linen) decoder for Gemma 3, Llama and Qwen2: packed tokens in, hidden states and KV pool out.
+"""The Flax (Linen) decoder for Gemma 3, Llama, Mistral, Qwen2/3 and Mixtral: packed tokens in, hidden states and
+KV pool out.
 
 Layers are a Python loop over per-layer weights (see ``Decoder``); each layer reads and updates its own
 K/V pages in place. Logits are a separate, selective step (``logits_at``) so a 150k-262k-entry
@@ -18,10 +19,13 @@ from specrag_jax.kernels import KVPool
 from specrag_jax.kernels.metadata import AttentionMetadata
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.layers import GatedMLP, PagedAttention, RMSNorm
+from specrag_jax.models.moe import SparseMoE
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm block (Gemma 3 adds post-norms: the "sandwich"). Writes its K/V into its own pages."""
+    """Pre-norm block (Gemma 3 adds post-norms: the "sandwich"). Writes its K/V into its own pages. The
+    feed-forward is the sparse MoE block when ``cfg.num_experts`` > 0, its implementation picked from the
+    step's static token count (``ModelConfig.moe_impl_for``)."""
 
     cfg: ModelConfig
     window: int = 0
@@ -43,7 +47,11 @@ class DecoderLayer(nn.Module):
             h = RMSNorm(cfg.rms_norm_eps, name="post_attn_norm")(h)
         x = x + h
         h = RMSNorm(cfg.rms_norm_eps, name="mlp_norm")(x)
-        h = GatedMLP(cfg, self.dtype, name="mlp")(h)
+        if cfg.num_experts:
+            h = SparseMoE(cfg.num_experts, cfg.experts_per_token, cfg.intermediate_size, self.dtype,
+                          cfg.moe_impl_for(h.shape[0]), name="mlp")(h)
+        else:
+            h = GatedMLP(cfg, self.dtype, name="mlp")(h)
         if cfg.sandwich_norm:
             h = RMSNorm(cfg.rms_norm_eps, name="post_mlp_norm")(h)
         return x + h, k_pool, v_pool

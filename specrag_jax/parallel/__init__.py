@@ -2,7 +2,11 @@
 
 Multi-device checks on a CPU host: set ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` before JAX
 starts, then ``python -m specrag_jax.parallel.checks``. The sharded dense index is ``parallel.dense``,
-multi-process runs ``parallel.distributed``, Pallas attention under shard_map ``parallel.attention``.
+multi-process runs ``parallel.distributed``. Pallas attention under shard_map is ``kernels.sharded``.
+
+Layering: ``parallel`` imports ``models`` (its axis rules and placements know ``ModelConfig`` and the
+parameter tree) and ``models`` never imports ``parallel``: a runner is handed a placement and uses it
+through the ``models.placement_api.StepPlacement`` protocol, which ``Placement`` implements.
 """
 
 from specrag_jax.parallel.cli import add_mesh_arguments, placement_from_args, placements_from_args

@@ -110,7 +110,7 @@ def check_pallas(spec: str = "model=4") -> list[dict]:
 
     from specrag_jax.kernels import paged_attention
     from specrag_jax.models.packing import pack_chunks
-    from specrag_jax.parallel.attention import head_split, sharded_paged_attention
+    from specrag_jax.kernels.sharded import head_split, sharded_paged_attention
 
     mesh = Placement.from_spec(spec, jax.devices()[:4]).mesh
     rng = np.random.default_rng(0)

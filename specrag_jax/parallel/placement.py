@@ -89,6 +89,10 @@ class Placement:
                   for f in dataclasses.fields(meta) if getattr(meta, f.name) is not None}
         return AttentionMetadata(**{**{"ancestors": None}, **fields})
 
+    def put(self, value: Any, sharding: NamedSharding) -> jax.Array:
+        """``put_global`` (the ``StepPlacement`` protocol's placement of step inputs)."""
+        return put_global(value, sharding)
+
     def describe(self, cfg: ModelConfig, params: Any, num_pages: int) -> dict:
         """What is split and what is replicated (for logs and the collectives benchmark)."""
         notes: list[str] = []

@@ -4,6 +4,15 @@ Every parameter leaf and the KV pool get logical axis names; a rule table maps e
 mesh axes. An axis whose logical size does not divide by the mesh axes it maps to is replicated (Gemma 3
 270M has one KV head, so its K/V projections and pool stay whole on every device while the query heads,
 MLP and vocabulary are split). Axes in ``STRICT_AXES`` must divide: they raise instead.
+
+Mixture of experts (Mixtral): expert weights ``[experts, embed, mlp]`` / ``[experts, mlp, embed]``, router
+``[embed, expert_logits]``. Default: tensor parallelism *inside* every expert (``experts`` whole, ``mlp`` over
+"model", the router replicated): each device holds 1/n of every expert, so any routing (dropless, static
+shapes, all tokens on one expert included) keeps every device equally busy, and a layer costs the one
+all-reduce after ``down`` that a dense MLP costs. ``experts="model"`` gives expert parallelism instead (each
+device holds whole experts; ``mlp`` then stays whole, since a mesh axis is used once per array): less memory
+traffic per device for large batches, but the partitioner exchanges activations to reach the experts, and a
+decode step's few tokens use only the devices of their k experts (see benchmarks/collectives.py).
 """
 
 from __future__ import annotations
@@ -26,7 +35,9 @@ DEFAULT_RULES: dict[str, MeshAxes] = {
     "embed": None,       # hidden size: replicated (the residual stream is whole on every device)
     "heads": "model",    # query heads (and the attention output projection's input)
     "kv_heads": "model",  # K/V heads (projections and the page pool)
-    "mlp": "model",      # intermediate size of the gated MLP
+    "mlp": "model",      # intermediate size of the gated MLP (and of each expert)
+    "experts": None,     # MoE expert axis: whole (tensor parallel inside experts); "model" = expert parallel
+    "expert_logits": None,  # router output columns: the router is replicated
     "head_dim": None,
     "layers": None,
     "pages": None,       # page pool: each model-parallel group holds every page (of its heads)
@@ -52,6 +63,13 @@ _LEAF_AXES: dict[str, tuple[str, ...]] = {
     "k_norm": ("head_dim",),
 }
 
+_MOE_AXES: dict[str, tuple[str, ...]] = {
+    "router": ("embed", "expert_logits"),
+    "gate": ("experts", "embed", "mlp"),
+    "up": ("experts", "embed", "mlp"),
+    "down": ("experts", "mlp", "embed"),
+}
+
 POOL_AXES = ("pages", "page_slot", "kv_heads", "head_dim")
 
 
@@ -59,18 +77,20 @@ def logical_sizes(cfg: ModelConfig) -> dict[str, int]:
     """The count each logical axis splits (heads count whole heads, not heads * head_dim columns)."""
     return {"vocab": cfg.vocab_size, "embed": cfg.hidden_size, "heads": cfg.num_heads,
             "kv_heads": cfg.num_kv_heads, "mlp": cfg.intermediate_size, "head_dim": cfg.head_dim,
-            "layers": cfg.num_layers}
+            "layers": cfg.num_layers, "experts": cfg.num_experts, "expert_logits": cfg.num_experts}
 
 
 def _key(entry: Any) -> str:
     return str(getattr(entry, "key", getattr(entry, "name", entry)))
 
 
-def leaf_logical_axes(path: tuple, ndim: int) -> tuple[str, ...]:
-    """Logical axes of one parameter leaf from its tree path (stacked layouts get a leading ``layers``)."""
+def leaf_logical_axes(path: tuple, ndim: int, moe: bool = False) -> tuple[str, ...]:
+    """Logical axes of one parameter leaf from its tree path (stacked layouts get a leading ``layers``);
+    ``moe``: the ``mlp`` block is the sparse MoE one (router + expert-stacked kernels)."""
     keys = [_key(k) for k in path]
     module = keys[-2] if len(keys) >= 2 else keys[-1]
-    axes = _LEAF_AXES.get(module, ("embed",))  # norms: one hidden-sized scale
+    in_mlp = len(keys) >= 3 and keys[-3] == "mlp"
+    axes = (_MOE_AXES if moe and in_mlp else _LEAF_AXES).get(module, ("embed",))  # norms: one hidden-sized scale
     if keys[-1] == "bias":  # a projection's bias follows its kernel's output axis
         axes = axes[-1:]
     if ndim == len(axes) + 1:
@@ -122,7 +142,7 @@ def param_specs(cfg: ModelConfig, params: Any, mesh: Mesh, rules: Mapping[str, M
     sizes = logical_sizes(cfg)
 
     def spec(path, leaf):
-        axes = leaf_logical_axes(path, len(leaf.shape))
+        axes = leaf_logical_axes(path, len(leaf.shape), moe=cfg.num_experts > 0)
         name = "/".join(_key(k) for k in path)
         return resolve_spec(axes, sizes, mesh, rules, replicated, what=name)
 

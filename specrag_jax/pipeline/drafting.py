@@ -92,6 +92,15 @@ def _kept(model: TextModel, token_ids: list[int], logprobs: list[float]) -> tupl
     return first_line(model.tokenizer.decode(token_ids[:n])), float(sum(logprobs[:n])), n
 
 
+def draft_prompts(drafter: TextModel, question: str,
+                  subsets: Sequence[Sequence[dict]]) -> tuple[list[int], list[list[int]]]:
+    """Token ids of drafting's shared prefix and of each subset's evidence branch (progressive prefill too)."""
+    prefix_ids, _ = split_chat_prompt(drafter, drafter_prefix(question), "")
+    suffixes = [split_chat_prompt(drafter, drafter_prefix(question), drafter_evidence(list(s)))[1]
+                for s in subsets]
+    return prefix_ids, suffixes
+
+
 def write_drafts(
     drafter: TextModel,
     question: str,
@@ -108,9 +117,7 @@ def write_drafts(
     hold for a drafter that was not fine-tuned on it; rho_draft is the sum of both phases' log-probs.
     """
     t0 = time.perf_counter()
-    prefix_ids, _ = split_chat_prompt(drafter, drafter_prefix(question), "")
-    suffixes = [split_chat_prompt(drafter, drafter_prefix(question), drafter_evidence(list(s)))[1]
-                for s in subsets]
+    prefix_ids, suffixes = draft_prompts(drafter, question, subsets)
     response_ids = drafter.tokenizer.encode("\n" + RESPONSE_TAG, add_bos=False)
     rationales: dict[int, tuple[str, float, int]] = {}
     refed: dict[int, int] = {}  # phase-2 tokens to prefill beyond the forced tag (a kept token never fed back)
@@ -127,6 +134,7 @@ def write_drafts(
     phases = [Phase(max_rationale_tokens, _stop_at_line_end(drafter)),
               Phase(max_answer_tokens, _stop_at_line_end(drafter))]
     # The branches keep their K/V between the phases: phase 2 prefills only the forced tag.
+    t_submit = time.perf_counter()
     phase1, phase2 = gen.generate_phases(prefix_ids, suffixes, phases, between, sampling)
     phase2_prefill = len(response_ids) * len(suffixes) + sum(refed.values())
     drafts = []
@@ -144,5 +152,7 @@ def write_drafts(
         "drafter_prefill_tokens": sum(len(prefix_ids) + len(s) - shared for s in suffixes) + shared + phase2_prefill,
         "drafter_shared_prefix_tokens": shared,
         "drafter_decode_tokens": sum(len(r.token_ids) for r in phase1 + phase2),
+        # the first draft token: the earliest branch's prefill end (executors time prefill from admission)
+        "drafter_first_token_s": t_submit - t0 + min((r.prefill_s for r in phase1), default=0.0),
     }
     return drafts, stats

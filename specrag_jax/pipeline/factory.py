@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
+from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.reranking import Scorer
 from specrag_jax.pipeline.specrag import RAGConfig, SearchFn, SpecRAG, SubsetFn
@@ -82,14 +83,17 @@ def build_specrag(
     drafter_placement=None,
     verifier_placement=None,
     kv_dir: str | os.PathLike | None = None,
+    drafter_transform: Callable[[ModelConfig, dict], dict] | None = None,
 ) -> SpecRAG:
-    """Load both models, a BM25 index over ``corpus`` (a path or documents; None: the built-in corpus) and,
-    when ``config.rerank`` is not "none", the reranker (on the drafter unless ``config.reranker`` names a model).
+    """Load both models, a BM25 index over ``corpus`` (a path or documents; None: the built-in corpus) and, when
+    ``config.rerank`` is not "none", the reranker (on the drafter unless ``config.reranker`` names a model).
 
     ``*_placement``: optional ``specrag_jax.parallel.Placement`` per model (a device mesh; disjoint meshes let
-    drafting and verification run on separate devices). ``kv_dir``: the document K/V store (``--rerank kv``;
-    default ``cache_root()/doc_kv``, where ``specrag index`` writes). A reranker on the drafter or verifier
-    shares its page pool, which gets ``reranker_pages`` more pages for the reranker's cached documents."""
+    drafting and verification run on separate devices). ``kv_dir``: the document K/V store (``--rerank kv``; default
+    ``cache_root()/doc_kv``, where ``specrag index`` writes). ``drafter_transform``: applied to the drafter's
+    weights at load (``training.adapter.adapter_transform(name, DIR)`` merges a ``specrag train`` run). A reranker
+    on the drafter or verifier shares its page pool, which gets ``reranker_pages`` more pages for the reranker's
+    cached documents."""
     config = config or RAGConfig()
     config.check()
     role = reranker_role(config, drafter, verifier) if config.rerank != "none" else None
@@ -97,7 +101,8 @@ def build_specrag(
     pages = {r: pool_pages(b, max_seq_len, extra) if role == r else None for r, b in (("drafter", max(config.m, 1)),
                                                                                       ("verifier", 2))}
     drafter_model = TextModel.load(drafter, max_seq_len=max_seq_len, max_batch=max(config.m, 1),
-                                   num_pages=pages["drafter"], placement=drafter_placement)
+                                   num_pages=pages["drafter"], placement=drafter_placement,
+                                   transform_params=drafter_transform)
     verifier_model = TextModel.load(verifier, max_seq_len=max_seq_len, max_batch=2, num_pages=pages["verifier"],
                                     placement=verifier_placement)
     if corpus is None or isinstance(corpus, (str, os.PathLike)):

@@ -24,6 +24,12 @@ class Scorer(Protocol):
     def score(self, question: str, docs: Sequence[dict]) -> list[float]: ...
 
 
+class GroupListener(Protocol):
+    """Told the provisional fine top set after every rerank group (``pipeline.progressive``)."""
+
+    def on_group(self, top: list[dict], stable: int, last: bool) -> None: ...
+
+
 def check_rerank(rerank: str, reranker: str | None, n_coarse: int, group: int, patience: float) -> None:
     """One-line errors for the rerank fields of RAGConfig."""
     if rerank not in RERANK_MODES:
@@ -34,12 +40,13 @@ def check_rerank(rerank: str, reranker: str | None, n_coarse: int, group: int, p
 
 
 def rerank_documents(question: str, candidates: Sequence[dict], scorer: Scorer, config: Any, trace: dict,
-                     progress: Progress) -> list[dict]:
-    """The fine top ``config.n_docs`` of ``candidates``; records ``rerank_s`` and ``rerank`` in ``trace``."""
+                     progress: Progress, listener: GroupListener | None = None) -> list[dict]:
+    """The fine top ``config.n_docs`` of ``candidates``; records ``rerank_s`` and ``rerank`` in ``trace``.
+    ``listener.on_group(top, stable, last)`` sees the provisional top set after every group (progressive prefill)."""
     progress.start("reranking")
     t = time.perf_counter()
     top, info = rerank_coarse_to_fine(question, candidates, scorer.score, config.n_docs, config.rerank_group,
-                                      config.rerank_patience)
+                                      config.rerank_patience, on_group=listener and listener.on_group)
     seconds = time.perf_counter() - t
     trace["rerank_s"] = seconds
     trace["rerank"] = {"mode": config.rerank, **info, "rerank_s": seconds}

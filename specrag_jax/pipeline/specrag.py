@@ -22,6 +22,7 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
+from specrag_jax.pipeline.progressive import ProgressivePrefill, check_progressive, require_prefix_cache
 from specrag_jax.pipeline.lossless import check_lossless, lossless_speculation, needs_drafts, speculation_trace
 from specrag_jax.pipeline.prompts import first_line
 from specrag_jax.pipeline.reranking import Scorer, check_rerank, rerank_documents
@@ -33,6 +34,7 @@ from specrag_jax.progress import NO_PROGRESS, Progress
 METHODS = ("speculative", "standard", "closed_book", "drafter_only", "random_draft", "lossless")
 SubsetFn = Callable[[str, list[dict], int, int, int], tuple[list[list[int]], dict]]
 SearchFn = Callable[[str, int], list[dict]]
+_AFTER_SEARCH = ("rerank_s", "prefill_wait_s")  # the stages of the retrieval span that are not the search
 
 
 @dataclasses.dataclass
@@ -57,6 +59,7 @@ class RAGConfig:
     n_coarse: int = 50  # coarse (BM25) candidates reranked when the question comes without passages
     rerank_group: int = 10  # candidates the fine reranker scores per group
     rerank_patience: int = 2  # stop once the fine top-n_docs set is unchanged this many groups (math.inf: never)
+    progressive_prefill: int = 0  # N > 0: prefill once the top set is stable N groups (pipeline/progressive.py)
 
     def check(self) -> None:
         if self.n_docs < 1:
@@ -70,6 +73,7 @@ class RAGConfig:
         check_prompt_form(self.verifier_prompt)
         check_lossless(self.proposer, self.tree_budget)
         check_rerank(self.rerank, self.reranker, self.n_coarse, self.rerank_group, self.rerank_patience)
+        check_progressive(self.progressive_prefill, self.rerank, self.rerank_patience)
         if self.tau_min is not None and not 0.0 <= self.tau_min <= 1.0:
             raise SpecRagError(f"tau_min must be in [0, 1] (got {self.tau_min})")
 
@@ -104,6 +108,8 @@ class SpecRAG:
         if self.config.rerank != "none" and reranker is None:
             raise SpecRagError(f"rerank {self.config.rerank!r} needs a reranker (SpecRAG(..., reranker=...); "
                                f"build_specrag builds one)")
+        require_prefix_cache(self.config.progressive_prefill, drafter, verifier)
+        self._progressive = ProgressivePrefill(self, "", ())  # replaced per question (pipeline/progressive.py)
 
     def answer(self, question: str, docs: Sequence[dict | str] | None = None, method: str = "speculative") -> RAGAnswer:
         """Answer ``question`` from ``docs`` (or the search function's top ``n_docs``) with ``method``."""
@@ -139,8 +145,8 @@ class SpecRAG:
         with CompileClock() as clock:
             t0 = time.perf_counter()
             shared: dict[str, Any] = {"notes": []}
-            docs = self._documents(question, docs, shared["notes"], shared)
-            shared["retrieval_s"] = time.perf_counter() - t0 - shared.get("rerank_s", 0.0)
+            docs = self._documents(question, docs, shared["notes"], shared, rest)
+            shared["retrieval_s"] = time.perf_counter() - t0 - sum(shared.get(k, 0.0) for k in _AFTER_SEARCH)
         shared["compile_s"] = clock.seconds
         self.progress.end("retrieval", shared["retrieval_s"],
                           f"{len(docs)} {'given' if given else 'retrieved'} passages")
@@ -157,7 +163,8 @@ class SpecRAG:
                 t = time.perf_counter()
                 drafts = self._draft(question, docs, shared)
             shared["compile_s"] += clock.seconds
-            spent = time.perf_counter() - t + shared["retrieval_s"] + shared.get("rerank_s", 0.0)
+            spent = time.perf_counter() - t + shared["retrieval_s"] + sum(shared.get(k, 0.0) for k in _AFTER_SEARCH)
+            shared["first_draft_token_s"] = t - t0 + shared["clustering_s"] + shared["drafter_first_token_s"]
             for m in drafting:
                 own = copy.deepcopy(drafts) if len(drafting) > 1 else drafts
                 run = self._lossless if m == "lossless" else functools.partial(self._select, method=m)
@@ -184,7 +191,7 @@ class SpecRAG:
         return result
 
     def _documents(self, question: str, docs: Sequence[dict | str] | None, notes: list[str],
-                   trace: dict | None = None) -> list[dict]:
+                   trace: dict | None = None, methods: Sequence[str] = ("speculative",)) -> list[dict]:
         """The ``n_docs`` documents the methods read: given or searched, reranked when ``config.rerank``."""
         cfg = self.config
         if docs is None:
@@ -195,11 +202,15 @@ class SpecRAG:
         docs = [{**d, "id": str(d.get("id", i))} for i, d in enumerate(docs)]
         if not docs:
             raise SpecRagError("no documents: the question came without passages and the search found none")
-        if cfg.rerank != "none":
-            docs = rerank_documents(question, docs, self.reranker, cfg, {} if trace is None else trace, self.progress)
-        if trace is not None:
+        trace = {} if trace is None else trace
+        progressive = self._progressive = ProgressivePrefill(self, question, methods)
+        with progressive:  # closing it cancels what is in flight (errors included)
+            if cfg.rerank != "none":  # with progressive prefill, the prompts prefill while reranking goes on
+                docs = rerank_documents(question, docs, self.reranker, cfg, trace, self.progress, progressive)
             trace["documents"] = [d["id"] for d in docs[: cfg.n_docs]]
-        return truncate_docs(self.drafter, docs[: cfg.n_docs], cfg.max_doc_tokens, notes)
+            docs = truncate_docs(self.drafter, docs[: cfg.n_docs], cfg.max_doc_tokens, notes)
+            progressive.settle(docs, trace)  # when on, trace gets "progressive" and "prefill_wait_s"
+        return docs
 
     def _generate_answer(self, question: str, docs: list[dict], method: str, trace: dict, t0: float,
                          drafts: Sequence[Draft] | None = None) -> RAGAnswer:
@@ -223,7 +234,7 @@ class SpecRAG:
         cfg = self.config
         t = time.perf_counter()
         self.progress.start("clustering")
-        subsets, info = self.subsets_fn(question, docs, cfg.k, cfg.m, cfg.seed)
+        subsets, info = self._progressive.subsets(question, docs, cfg.k, cfg.m, cfg.seed)  # memoised subsets_fn
         trace.update(clustering_s=time.perf_counter() - t, num_subsets=len(subsets), **info)
         self.progress.end("clustering", trace["clustering_s"], f"{len(docs)} docs -> k={info.get('clusters', cfg.k)}"
                           f" clusters, {len(subsets)} subsets")

@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 from specrag_jax.errors import SpecRagError
 
 ScoreFn = Callable[[str, Sequence[dict]], Sequence[float]]
+GroupFn = Callable[[list[dict], int, bool], None]  # (fine top n_docs so far, stable groups, last group) per group
 
 
 def check_rerank_options(n_docs: int, group: int, patience: float, n_coarse: int | None = None) -> None:
@@ -41,13 +42,16 @@ def fine_order(scores: Sequence[float]) -> list[int]:
 
 
 def rerank_coarse_to_fine(question: str, candidates: Sequence[dict], score_fn: ScoreFn, n_docs: int,
-                          group: int = 10, patience: float = 2) -> tuple[list[dict], dict[str, Any]]:
+                          group: int = 10, patience: float = 2,
+                          on_group: GroupFn | None = None) -> tuple[list[dict], dict[str, Any]]:
     """The fine top ``n_docs`` of ``candidates`` (copies with ``rerank_score``) and a trace.
 
     ``score_fn(question, docs)`` returns one score per doc, higher = more relevant. Trace keys: ``candidates``,
     ``groups_total``, ``groups_scored``, ``candidates_scored``, ``stopped_at`` (coarse rank where scoring
     stopped), ``early`` (stopped before the candidates ran out), ``stable_groups`` and ``saved_fraction``
-    (share of the candidates whose fine scoring was skipped)."""
+    (share of the candidates whose fine scoring was skipped). ``on_group(top, stable, last)``, when given, sees
+    the provisional top ``n_docs`` (as returned), the stable-group count and whether scoring stops here, after
+    every group (progressive prefill)."""
     check_rerank_options(n_docs, group, patience)
     cands = list(candidates)
     scores: list[float] = []
@@ -65,6 +69,9 @@ def rerank_coarse_to_fine(question: str, candidates: Sequence[dict], score_fn: S
         top = frozenset(fine_order(scores)[:n_docs])
         stable = stable + 1 if top == previous else 0
         previous = top
+        if on_group is not None:
+            on_group([{**cands[i], "rerank_score": scores[i]} for i in fine_order(scores)[:n_docs]], stable,
+                     stable >= patience or start + group >= len(cands))
         if stable >= patience:
             break
     order = fine_order(scores)[:n_docs]

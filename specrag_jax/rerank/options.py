@@ -1,5 +1,6 @@
 """Command-line flags of reranking (ask, eval, serve): ``--rerank``, ``--reranker``, ``--n-coarse``,
-``--rerank-group``, ``--rerank-patience``; values are checked by ``RAGConfig.check`` (one-line errors)."""
+``--rerank-group``, ``--rerank-patience``, ``--progressive-prefill``; values are checked by ``RAGConfig.check``
+(one-line errors)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def add_rerank_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--rerank-group", type=int, default=10, help="candidates the fine reranker scores per group")
     g.add_argument("--rerank-patience", default="2", metavar="P",
                    help="stop reranking once the top n-docs set is unchanged for P groups ('inf': never early)")
+    g.add_argument("--progressive-prefill", type=int, nargs="?", const=1, default=0, metavar="N",
+                   help="prefill the drafter's prompts (and the standard prompt) once the top n-docs set is unchanged "
+                        "for N groups (default N 1) while reranking goes on; engine-backed (serve) only")
     g.add_argument("--kv-store", default=None, metavar="DIR",
                    help="the document K/V store of --rerank kv (default: <cache root>/doc_kv; `specrag index "
                         "--store DIR` fills it)")
@@ -43,11 +47,13 @@ def parse_patience(text: str | int | float) -> float:
 def rerank_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The RAGConfig fields of the parsed rerank flags."""
     return {"rerank": args.rerank, "reranker": args.reranker, "n_coarse": args.n_coarse,
-            "rerank_group": args.rerank_group, "rerank_patience": parse_patience(args.rerank_patience)}
+            "rerank_group": args.rerank_group, "rerank_patience": parse_patience(args.rerank_patience),
+            "progressive_prefill": args.progressive_prefill}
 
 
 def rerank_json(config: Any) -> dict[str, Any]:
     """The rerank fields of a RAGConfig as the eval JSON ``config`` records them (patience 'inf' as a string)."""
     patience = config.rerank_patience
     return {"rerank": config.rerank, "reranker": config.reranker, "n_coarse": config.n_coarse,
-            "rerank_group": config.rerank_group, "rerank_patience": "inf" if math.isinf(patience) else patience}
+            "rerank_group": config.rerank_group, "rerank_patience": "inf" if math.isinf(patience) else patience,
+            "progressive_prefill": config.progressive_prefill}

@@ -61,6 +61,19 @@ class RequestContext:
         if self.on_event is not None:
             self.on_event(event)
 
+    def track(self, submit: Callable[[float | None], Request]) -> Request:
+        """Submit without blocking; the request is cancelled with the context until ``untrack``."""
+        req = submit(self.remaining())
+        with self._lock:
+            self._pending.add(req)
+            if self.cancelled:
+                req.cancel()
+        return req
+
+    def untrack(self, req: Request) -> None:
+        with self._lock:
+            self._pending.discard(req)
+
     def wait(self, submit: Callable[[float | None], Request]):
         """Submit (with the time left as the engine timeout) and block on the result."""
         req = submit(self.remaining())
@@ -78,9 +91,37 @@ class RequestContext:
                 self._pending.discard(req)
 
 
+class PrefillHandle:
+    """A prefill-only engine request in flight (progressive prefill): ``wait()`` for it or ``cancel()`` it."""
+
+    def __init__(self, ctx: RequestContext, req: Request) -> None:
+        self.ctx, self.req = ctx, req
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the prefix cache served at its admission (0 until admitted)."""
+        return self.req.cached_tokens
+
+    def wait(self) -> None:
+        """Block until its prompts are prefilled (and in the prefix cache); raises what the request raised."""
+        try:
+            deadline = self.ctx.deadline
+            self.req.future.result(None if deadline is None else max(deadline - time.perf_counter(), 0))
+        except FutureTimeout:
+            self.req.cancel()
+            raise RequestTimeout("request timed out") from None
+        finally:
+            self.ctx.untrack(self.req)
+
+    def cancel(self) -> None:
+        """Drop it (the engine returns its pages on its next step; finished pages stay in the cache)."""
+        self.req.cancel()
+        self.ctx.untrack(self.req)
+
+
 class EngineGenerator:
     """``Generator``'s interface (generate, generate_branches, generate_phases, score_tree, check_prompt) over
-    an Engine."""
+    an Engine, plus ``start_prefill`` (only an engine keeps prefilled K/V for later requests: its prefix cache)."""
 
     def __init__(self, engine: Engine, ctx: RequestContext, role: str = "") -> None:
         self.engine, self.ctx, self.role = engine, ctx, role
@@ -109,6 +150,14 @@ class EngineGenerator:
                        "phases": len(phases)})
         return self.ctx.wait(lambda t: self.engine.submit_phases(prefix, suffixes, phases, between, sampling,
                                                                  timeout=t, speculation=speculation))
+
+    def start_prefill(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]]) -> PrefillHandle:
+        """Prefill ``prefix + suffix`` for every suffix into the prefix cache without waiting (progressive
+        prefill): one engine request under the usual admission and backpressure, one sampled token per branch
+        (discarded; the engine's requests sample at least one), pages back to the pool (cache-held) at its end."""
+        self.ctx.emit({"event": "stage", "stage": f"{self.role}_prefill", "branches": len(suffixes)})
+        return PrefillHandle(self.ctx, self.ctx.track(
+            lambda t: self.engine.submit_generate(prefix, suffixes, SamplingParams(), 1, timeout=t)))
 
     def score_tree(self, prefix: Sequence[int], tokens: Sequence[int], parents: Sequence[int],
                    positions: Sequence[int], rows: Sequence[int], targets: Sequence[int]) -> np.ndarray:

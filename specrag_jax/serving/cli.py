@@ -18,6 +18,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="model name, path, or tiny:llama / tiny:gemma3")
+    p.add_argument("--drafter-adapter", default=None, metavar="DIR",
+                   help="a `specrag train --out` folder: its adapters are merged into the drafter at load")
     p.add_argument("--verifier", default=DEFAULT_VERIFIER)
     p.add_argument("--corpus", default=None, help="corpus searched when /v1/rag gets no documents")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -55,15 +57,22 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(serve_main=serve_main)
 
 
-def _load(name: str, args: argparse.Namespace, seed: int, placement=None):
+def _load(name: str, args: argparse.Namespace, seed: int, placement=None, adapter=None):
     from specrag_jax.models.text_model import TextModel
     from specrag_jax.serving.tiny import tiny_text_model
 
     if name.startswith("tiny:"):
+        if adapter is not None:
+            raise SpecRagError(f"--drafter-adapter needs a real model, not {name}")
         return tiny_text_model(name, seed=seed, num_pages=args.num_pages, page_size=args.page_size,
                                max_seq_len=min(args.max_seq_len, 1024))
+    transform = None
+    if adapter is not None:
+        from specrag_jax.training.adapter import adapter_transform  # optax / orbax only when an adapter is used
+
+        transform = adapter_transform(name, adapter)
     return TextModel.load(name, dtype=args.dtype, max_seq_len=args.max_seq_len, num_pages=args.num_pages,
-                          page_size=args.page_size, placement=placement)
+                          page_size=args.page_size, placement=placement, transform_params=transform)
 
 
 def build_service(args: argparse.Namespace):
@@ -93,7 +102,7 @@ def build_service(args: argparse.Namespace):
     from specrag_jax.parallel.cli import placements_from_args
 
     placements = placements_from_args(args)  # --mesh / --drafter-devices / --verifier-devices
-    drafter = _load(args.drafter, args, seed=1, placement=placements.drafter)
+    drafter = _load(args.drafter, args, seed=1, placement=placements.drafter, adapter=args.drafter_adapter)
     verifier = drafter if args.verifier == args.drafter else _load(args.verifier, args, seed=2,
                                                                      placement=placements.verifier)
     docs = default_corpus() if args.corpus is None else load_corpus(args.corpus)
@@ -104,16 +113,30 @@ def build_service(args: argparse.Namespace):
 
 def _reranker_factory(args: argparse.Namespace, rag, placement):
     """None with ``--rerank none``; else mode -> Reranker on its own copy of the reranker model (an engine's
-    model is stepped by that engine's thread, so the reranker never shares it)."""
+    model is stepped by that engine's thread, so a direct reranker never shares it). A drafter or verifier
+    reranker serves kv mode on its engine (``Service.reranker``), so its copy is loaded only when a request
+    asks for recompute mode; another model is loaded at start."""
     if rag.rerank == "none":
         return None
     import dataclasses
+    import threading
 
     from specrag_jax.pipeline.factory import build_reranker
 
     name = {"drafter": args.drafter, "verifier": args.verifier}.get(rag.reranker or "drafter", rag.reranker)
-    model = _load(name, args, seed={args.verifier: 2, args.drafter: 1}.get(name, 3), placement=placement)
-    return lambda mode: build_reranker(dataclasses.replace(rag, rerank=mode), model, args.kv_store)
+    loaded, lock = [], threading.Lock()
+
+    def model():
+        with lock:
+            if not loaded:
+                loaded.append(_load(name, args, seed={args.verifier: 2, args.drafter: 1}.get(name, 3),
+                                    placement=placement,
+                                    adapter=args.drafter_adapter if name == args.drafter else None))
+            return loaded[0]
+
+    if name not in (args.drafter, args.verifier):
+        model()
+    return lambda mode: build_reranker(dataclasses.replace(rag, rerank=mode), model(), args.kv_store)
 
 
 def serve_main(args: argparse.Namespace) -> int:

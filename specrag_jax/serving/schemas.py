@@ -65,9 +65,10 @@ class RagRequest(_Strict):
     n_coarse: int | None = Field(None, ge=1, le=1000, description="coarse candidates reranked (corpus search)")
     rerank_group: int | None = Field(None, ge=1, le=100, description="candidates per fine-reranker group")
     rerank_patience: int | None = Field(None, ge=1, le=1000, description="stable groups before reranking stops")
+    progressive_prefill: int | None = Field(None, ge=0, le=1000, description="stable groups before prefilling")
     stream: bool = False
 
     def rag_options(self) -> dict:
         """The RAGConfig fields this request overrides (None: the server's default)."""
-        names = ("m", "k", "rerank", "reranker", "n_coarse", "rerank_group", "rerank_patience")
+        names = ("m", "k", "rerank", "reranker", "n_coarse", "rerank_group", "rerank_patience", "progressive_prefill")
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}

@@ -2,8 +2,10 @@
 
 Each RAG request runs the unchanged pipeline (``SpecRAG``) in a worker thread over ``EngineTextModel``s,
 so many requests interleave their drafting (drafter engine) and verification (verifier engine), and the
-two engines step at the same time. A reranker (``--rerank``) runs on its own model instance, never on an
-engine's, one call at a time (``Service.reranker``).
+two engines step at the same time. A reranker (``--rerank``) on the drafter or the verifier runs in kv mode
+as scoring requests on that model's engine (``serving.engine_reranker``; documents reused from the radix
+prefix cache); recompute mode and other models run on their own model instance, one call at a time
+(``Service.reranker``).
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from specrag_jax.pipeline.reranking import Scorer
 from specrag_jax.pipeline.specrag import RAGAnswer, RAGConfig, SearchFn, SpecRAG, SubsetFn
 from specrag_jax.serving.adapter import EngineTextModel, RequestContext
 from specrag_jax.serving.engine import Engine, StageFn
+from specrag_jax.serving.engine_reranker import EngineReranker
 from specrag_jax.serving.policy import SchedulerConfig
 
 
 SPECULATIVE = ("none", "ngram")  # proposers of /v1/completions and /v1/chat/completions (no drafts)
-RAG_OPTIONS = ("m", "k", "rerank", "reranker", "n_coarse", "rerank_group", "rerank_patience")  # per request
+RAG_OPTIONS = ("m", "k", "rerank", "reranker", "n_coarse", "rerank_group", "rerank_patience",
+               "progressive_prefill")  # per request
 RerankerFactory = Callable[[str], Scorer]  # a rerank mode ("kv" | "recompute") -> a reranker
 
 
@@ -67,9 +71,12 @@ class Service:
     def __init__(self, drafter: TextModel, verifier: TextModel, *, subsets: SubsetFn | None = None,
                  search: SearchFn | None = None, config: ServeConfig | None = None,
                  on_stage: StageFn | None = None, reranker: RerankerFactory | None = None,
-                 reranker_names: Sequence[str] = ()) -> None:
+                 reranker_names: Sequence[str] = (), engine_reranker: bool = True) -> None:
         """``reranker(mode)`` builds the reranker of a mode (once per mode); ``reranker_names``: the names a
-        request's ``reranker`` field may give for it (default: the configured name, or the drafter's)."""
+        request's ``reranker`` field may give for it (default: the configured name, or the drafter's).
+        ``engine_reranker``: when the reranker is the drafter or the verifier, ``kv`` mode is served by that
+        model's engine (``serving.engine_reranker``: documents stay in its radix prefix cache) instead of
+        ``reranker(mode)``."""
         self.config = config or ServeConfig()
         self.models = {"drafter": drafter, "verifier": verifier}
         self.engines: dict[str, Engine] = {}
@@ -89,9 +96,12 @@ class Service:
         self._lock = threading.Lock()
         self.reranker_factory, self._rerankers, self._rerank_lock = reranker, {}, threading.Lock()
         self.reranker_names = set(reranker_names) or {self.config.rag.reranker or "drafter"}
+        self.reranker_role: str | None = None  # the served model that reranks (kv mode on its engine)
         for role, model in self.models.items():  # a role and its model's name are the same reranker
             if self.reranker_names & {role, model.name}:
                 self.reranker_names |= {role, model.name}
+                self.reranker_role = self.reranker_role or (role if engine_reranker else None)
+        self._engine_rerankers: dict[int, EngineReranker] = {}
         self.waiting = 0
         self.inflight = 0
 
@@ -107,15 +117,18 @@ class Service:
 
     def warmup(self, level: str = "full", sampled: bool = True) -> dict:
         """Compile every engine's step shapes before ``start()`` (``serving.warmup``); a report per engine.
-        Only the verifier's engine scores trees, so only it compiles the scoring shapes; with ``--speculative``
-        every engine compiles the speculation steps up to ``spec_budget`` (the verifier's: up to the lossless
-        mode's ``tree_budget`` too)."""
+        The verifier's engine scores trees, and so does the reranker's for kv reranking: they compile the
+        scoring shapes. With ``--speculative`` every engine compiles the speculation steps up to
+        ``spec_budget`` (the verifier's: up to the lossless mode's ``tree_budget`` too)."""
         from specrag_jax.serving.warmup import check_map_budget, step_shapes, warmup
 
+        scorers = {id(self.engines["verifier"])}
+        if self.reranker_role is not None and self.reranker_factory is not None:  # kv reranking scores trees too
+            scorers.add(id(self.engines[self.reranker_role]))
         scorer = self.engines["verifier"]
         spec = None if self.config.speculative == "none" else self.config.spec_budget
         lossless = None if spec is None else max(spec, self.config.rag.tree_budget)  # /v1/rag lossless trees too
-        shapes = {name: step_shapes(eng, level, sampled, score=eng is scorer,
+        shapes = {name: step_shapes(eng, level, sampled, score=id(eng) in scorers,
                                     spec_budget=lossless if eng is scorer else spec)
                   for name, eng in self.unique_engines.items()}
         check_map_budget(sum(len(s) for s in shapes.values()))
@@ -158,8 +171,17 @@ class Service:
     def text_model(self, role: str, ctx: RequestContext) -> EngineTextModel:
         return EngineTextModel(self.models[role], self.engines[role], ctx, role)
 
-    def reranker(self, mode: str) -> Scorer:
-        """The server's reranker in ``mode`` (built on first use; calls are serialised)."""
+    def reranker(self, mode: str, ctx: RequestContext | None = None, max_doc_tokens: int | None = None) -> Scorer:
+        """The server's reranker in ``mode``: ``kv`` on a served model's engine (``reranker_role``; with
+        ``ctx``'s deadline and cancellation), else ``reranker(mode)`` built on first use, calls serialised."""
+        if mode == "kv" and self.reranker_role is not None and self.reranker_factory is not None:
+            tokens = self.config.rag.max_doc_tokens if max_doc_tokens is None else max_doc_tokens
+            base = self._engine_rerankers.get(tokens)
+            if base is None:
+                role = self.reranker_role
+                base = self._engine_rerankers.setdefault(tokens, EngineReranker(
+                    self.models[role], self.engines[role], max_doc_tokens=tokens))
+            return base if ctx is None else base.bind(ctx)
         if self.reranker_factory is None:
             raise SpecRagError("this server has no reranker (start it with --rerank kv or --rerank recompute)")
         with self._rerank_lock:
@@ -183,7 +205,7 @@ class Service:
             raise SpecRagError(f"this server reranks with {own!r}, not {name!r} (start it with --reranker {name})")
         cfg = dataclasses.replace(self.config.rag, **options)
         cfg.check()
-        scorer = None if cfg.rerank == "none" else self.reranker(cfg.rerank)
+        scorer = None if cfg.rerank == "none" else self.reranker(cfg.rerank, ctx, cfg.max_doc_tokens)
         rag = SpecRAG(self.text_model("drafter", ctx), self.text_model("verifier", ctx), subsets=self.subsets,
                       search=self.search, config=cfg, reranker=scorer)
         return rag.answer(question, docs, method)

@@ -1,7 +1,9 @@
 """Tiny random Hugging Face checkpoints: our loader + decoder against transformers' own forward pass.
 
 These exercise the model code paths the real GGUF files do not: untied heads, several KV heads per
-group, Gemma 3's sliding window on short sequences, Qwen2's q/k/v biases (tied and untied), bfloat16.
+group, Gemma 3's sliding window on short sequences, Qwen2's q/k/v biases (tied and untied), Qwen3's per-head
+q/k norms with an explicit head_dim (and its sliding layers), Mistral's sliding window (8 tokens, shorter
+than the 40-token prompt and the 12 + 16 tokens of greedy decoding), bfloat16.
 """
 
 from __future__ import annotations
@@ -35,6 +37,24 @@ def make_qwen2(tmp_path, tie: bool):
     return cfg, transformers.Qwen2ForCausalLM(cfg)
 
 
+def make_qwen3(tmp_path, tie: bool, sliding: bool = False):
+    cfg = transformers.Qwen3Config(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=24, max_position_embeddings=256, rope_theta=1e6, tie_word_embeddings=tie,
+        rms_norm_eps=1e-6, use_sliding_window=sliding, sliding_window=8, max_window_layers=1,
+    )
+    return cfg, transformers.Qwen3ForCausalLM(cfg)
+
+
+def make_mistral(tmp_path, tie: bool):
+    cfg = transformers.MistralConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, rope_theta=1e6, tie_word_embeddings=tie,
+        rms_norm_eps=1e-5, sliding_window=8,
+    )
+    return cfg, transformers.MistralForCausalLM(cfg)
+
+
 def make_gemma3(tmp_path, tie: bool = True):
     cfg = transformers.Gemma3TextConfig(
         vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
@@ -47,7 +67,9 @@ def make_gemma3(tmp_path, tie: bool = True):
 
 def build(tmp_path, family: str, tie: bool):
     torch.manual_seed(0)
-    _, model = {"gemma3": make_gemma3, "qwen2": make_qwen2, "llama": make_llama}[family](tmp_path, tie)
+    makers = {"gemma3": make_gemma3, "qwen2": make_qwen2, "llama": make_llama, "qwen3": make_qwen3,
+              "qwen3-sliding": lambda d, t: make_qwen3(d, t, sliding=True), "mistral": make_mistral}
+    _, model = makers[family](tmp_path, tie)
     with torch.no_grad():  # norms start at 0/1 and biases at 0: randomise so they matter
         for name, p in model.named_parameters():
             if "norm" in name or name.endswith("bias"):
@@ -57,7 +79,8 @@ def build(tmp_path, family: str, tie: bool):
 
 
 @pytest.mark.parametrize("family, tie", [("llama", False), ("llama", True), ("qwen2", False), ("qwen2", True),
-                                         ("gemma3", True)])
+                                         ("gemma3", True), ("qwen3", False), ("qwen3", True),
+                                         ("qwen3-sliding", False), ("mistral", False), ("mistral", True)])
 def test_logits_match_transformers(tmp_path, family, tie):
     theirs = build(tmp_path, family, tie)
     cfg, params = load_model_params(str(tmp_path), cache=False)
@@ -67,9 +90,19 @@ def test_logits_match_transformers(tmp_path, family, tie):
     mine = runner.logits(runner.pack([Chunk(pages, 0, ids, rows=list(range(40)))]))
     with torch.no_grad():
         ref = theirs(torch.tensor([ids])).logits[0].numpy()
-    assert np.abs(mine - ref).max() <= 1e-4
+    assert np.abs(mine - ref).max() <= 1e-4, np.abs(mine - ref).max()
     if family == "qwen2":
         assert cfg.attention_bias and np.abs(np.asarray(params["layers"]["attn"]["q"]["bias"])).max() > 0
+    if family.startswith("qwen3"):
+        assert cfg.qk_norm and not cfg.attention_bias and cfg.head_dim == 24
+        assert cfg.layer_windows() == ([0, 8, 8] if family == "qwen3-sliding" else [0, 0, 0])
+    if family == "mistral":
+        assert cfg.layer_windows() == [8, 8, 8] and cfg.layer_rope_thetas() == [1e6] * 3
+    if family in ("mistral", "qwen3-sliding"):  # the window matters: without it the logits part from theirs
+        unwindowed = ModelRunner(cfg.replace(sliding_window=None, layer_types=()), params, num_pages=32,
+                                 page_size=4, max_seq_len=64)
+        step = unwindowed.pack([Chunk(unwindowed.allocator.allocate(10), 0, ids, rows=list(range(40)))])
+        assert np.abs(unwindowed.logits(step) - ref).max() > 0.1
 
     # Greedy decoding through the paged cache equals transformers' cached greedy decoding.
     prompt = ids[:12]

@@ -7,9 +7,11 @@ import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.kernels.sharded import head_split
 from specrag_jax.models.config import param_shapes, tiny_config
-from specrag_jax.parallel import make_mesh, param_specs, parse_device_list, parse_mesh_spec, pool_spec, split_devices
-from specrag_jax.parallel.attention import head_split
+from specrag_jax.models.placement_api import StepPlacement
+from specrag_jax.parallel import (Placement, make_mesh, param_specs, parse_device_list, parse_mesh_spec, pool_spec,
+                                  split_devices)
 
 
 def shapes(cfg):
@@ -97,3 +99,11 @@ def test_head_split_modes():
     assert head_split(8, 1, 4) == "q"
     assert head_split(8, 2, 4) is None
     assert head_split(8, 4, 1) is None
+
+
+def test_placement_implements_the_runner_protocol():
+    """``models`` reaches a placement only through ``StepPlacement`` (it never imports ``parallel``)."""
+    placement = Placement.from_spec("model=1")
+    assert isinstance(placement, StepPlacement)
+    x = placement.put(jax.numpy.arange(4), placement.replicated)
+    assert x.sharding == placement.replicated and x.tolist() == [0, 1, 2, 3]

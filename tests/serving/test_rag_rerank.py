@@ -36,7 +36,7 @@ def rerank_client(rag_models, rag_resources):
 
     rag = RAGConfig(n_docs=2, m=2, k=1, max_draft_tokens=8, max_answer_tokens=4, max_doc_tokens=40, rerank="kv")
     svc = Service(*rag_models, subsets=rag_resources[0], search=rag_resources[1], config=ServeConfig(rag=rag),
-                  reranker=factory)
+                  reranker=factory, engine_reranker=False)  # the fake scores kv mode too
     with TestClient(create_app(svc)) as c:
         c.service, c.built = svc, built
         yield c
@@ -81,22 +81,25 @@ def test_server_without_a_reranker_refuses_reranking(make_service):
 
 
 def test_serve_builds_rerankers_on_their_own_model(monkeypatch, tmp_path):
+    """kv mode on the drafter runs on the drafter's engine; recompute mode on its own copy of the model,
+    loaded when first asked for; both score the same."""
     import argparse
 
     from specrag_jax.rerank import kv_store
     from specrag_jax.serving.cli import add_serve_parser, build_service
+    from specrag_jax.serving.engine_reranker import EngineReranker
 
     monkeypatch.setattr(kv_store, "default_store_dir", lambda: tmp_path / "doc_kv")
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers())
     args = parser.parse_args(["serve", "--drafter", "tiny:llama", "--verifier", "tiny:gemma3", "--rerank", "kv",
                               "--num-pages", "64", "--rerank-group", "2"])
-    svc = build_service(args)
+    svc = build_service(args).start()
     try:
         kv, recompute = svc.reranker("kv"), svc.reranker("recompute")
         assert svc.reranker("kv") is kv and svc.config.rag.rerank_group == 2
-        assert kv.scorer.runner is not svc.models["drafter"].runner and kv.scorer.mode == "kv"
-        assert recompute.scorer.model is kv.scorer.model and recompute.scorer.mode == "recompute"
+        assert isinstance(kv, EngineReranker) and kv.engine is svc.engines["drafter"]
+        assert recompute.scorer.runner is not svc.models["drafter"].runner and recompute.scorer.mode == "recompute"
         assert kv.score("capital of France?", DOCS[:2]) == pytest.approx(recompute.score("capital of France?",
                                                                                           DOCS[:2]), abs=1e-4)
     finally:

@@ -1,5 +1,8 @@
 """Paged attention under ``jax.shard_map`` over heads: each device runs the kernel on its own heads.
 
+It lives with the kernels (not in ``parallel``) because the decoder calls it: ``models`` imports ``kernels``
+and never ``parallel``, which sits above ``models`` (its rules and placements know the parameter tree).
+
 A Pallas kernel is an opaque custom call to XLA's partitioner (it would gather every operand onto every
 device); inside ``shard_map`` each device instead sees its own slice: K/V heads and their query-head groups
 when the KV heads divide over the axis, or (one KV head, as in Gemma 3 270M) the query heads with the

@@ -1,0 +1,119 @@
+"""``specrag make-drafter-data``: drafter training examples written by a teacher (``pipeline.drafter_data``).
+
+Input: ``--data F`` (JSON lines of question, passages (``context``) and answers (``ground_truth``), the dev
+file's format) or ``--corpus C`` (documents only: the teacher writes a question and answer from each of
+``--synthetic N`` passages first, ``pipeline.synthetic_questions``). Output: JSON lines, one example per line
+(``prompt``, ``target``, ``prompt_ids``, ``target_ids`` and provenance), written atomically (a temporary file
+renamed into place), and a summary (kept, rejected by reason, skipped rows by reason, checks passed, wall
+time) printed and written beside it as ``<out>.summary.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from specrag_jax.errors import SpecRagError
+
+
+def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``make-drafter-data`` (its handler is ``args.drafter_data_main``)."""
+    from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
+
+    p = sub.add_parser("make-drafter-data", help="write drafter training examples with a teacher model")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", help="JSON lines with question, context (passages) and ground_truth (answers)")
+    src.add_argument("--corpus", help="documents only: the teacher writes a question and answer per passage first")
+    p.add_argument("--out", required=True, help="output JSON-lines file")
+    p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="the drafter whose prompts the examples use")
+    p.add_argument("--teacher", default=DEFAULT_VERIFIER, help="the model that writes rationales (default: verifier)")
+    p.add_argument("--offset", type=int, default=0, help="skip the first OFFSET rows (hold them out)")
+    p.add_argument("--limit", type=int, default=None, help="use at most LIMIT rows after the offset")
+    p.add_argument("--synthetic", type=int, default=100, help="--corpus: passages to write questions from")
+    p.add_argument("--k", type=int, default=2, help="clusters (as RAGConfig.k)")
+    p.add_argument("--m", type=int, default=5, help="subsets per question (as RAGConfig.m)")
+    p.add_argument("--n-docs", type=int, default=10, help="--corpus: documents per synthetic question")
+    p.add_argument("--max-doc-tokens", type=int, default=160)
+    p.add_argument("--max-tokens", type=int, default=1024, help="longest example (prompt + target tokens) kept")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(drafter_data_main=drafter_data_main)
+
+
+def _source_rows(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """(question rows of --data, passages of --corpus): read and checked before any model loads."""
+    from specrag_jax.pipeline.evaluation import load_questions
+    from specrag_jax.retrieval import load_corpus
+
+    if args.data is not None:
+        rows = load_questions(args.data)[args.offset:]
+        rows = rows if args.limit is None else rows[: args.limit]
+        if not rows:
+            raise SpecRagError(f"--offset {args.offset} leaves no rows of {args.data}")
+        return rows, []
+    return [], load_corpus(args.corpus)
+
+
+def _write_atomic(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def drafter_data_main(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from tqdm import tqdm
+
+    from specrag_jax.models.text_model import TextModel
+    from specrag_jax.pipeline.drafter_data import DrafterDataBuilder
+    from specrag_jax.pipeline.factory import clustered_subsets, lexical_search
+    from specrag_jax.pipeline.synthetic_questions import synthetic_rows
+    from specrag_jax.retrieval import Embedder, LexicalIndex
+
+    if min(args.k, args.m, args.max_doc_tokens, args.max_tokens, args.n_docs) < 1 or args.offset < 0:
+        raise SpecRagError("--k, --m, --n-docs, --max-doc-tokens and --max-tokens must be >= 1, --offset >= 0")
+    if args.limit is not None and args.limit < 1:
+        raise SpecRagError("--limit must be >= 1")
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    rows, corpus = _source_rows(args)
+    drafter = TextModel.load(args.drafter, max_batch=args.m)
+    teacher = drafter if args.teacher == args.drafter else TextModel.load(args.teacher, max_batch=args.m)
+    dropped: dict[str, int] = {}
+    if corpus:
+        search = lexical_search(LexicalIndex.build(corpus))
+        rows, dropped = synthetic_rows(teacher, corpus[args.offset:][: args.synthetic], search, args.n_docs,
+                                       seed=args.seed)
+    builder = DrafterDataBuilder(drafter, teacher, clustered_subsets(Embedder(drafter)), k=args.k, m=args.m,
+                                 max_doc_tokens=args.max_doc_tokens, max_tokens=args.max_tokens, seed=args.seed)
+    lines, source = [], "corpus" if args.corpus else "data"
+    for row in tqdm(rows, desc="questions", unit="q", disable=args.quiet, file=sys.stderr):
+        lines += [json.dumps(e, ensure_ascii=False) + "\n" for e in builder.examples(row, source)]
+    if not lines:
+        raise SpecRagError(f"no example passed the checks ({builder.stats.rows} rows; rejected: "
+                           f"{builder.stats.rejected or 'none'}; skipped rows: {builder.stats.skipped_rows or 'none'})")
+    _write_atomic(out, lines)
+    summary = {"out": str(out), "source": args.data or args.corpus, "drafter": args.drafter, "teacher": args.teacher,
+               "offset": args.offset, "limit": args.limit, **dataclasses.asdict(builder.stats),
+               "synthetic_dropped": dropped, "wall_s": round(time.perf_counter() - t0, 2),
+               "command": "specrag " + " ".join(sys.argv[1:])}
+    _write_atomic(out.with_name(out.name + ".summary.json"), [json.dumps(summary, indent=1) + "\n"])
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{summary['kept']} examples from {summary['rows']} rows ({summary['examples']} shown to the teacher; "
+              f"rejected: {summary['rejected'] or 'none'}) in {summary['wall_s']:.0f} s -> {out}")
+    return 0

@@ -1,0 +1,97 @@
+"""The reranker served by an engine: every (document, question) pair is a scoring request on a shared engine.
+
+Each candidate is a scored tree over a prefix: the prefix is the judging prompt's document part
+(``rerank.prompts.JudgePrompt.doc_ids``), the tree is the question part (a chain), and the wanted rows are the
+question's last token for every yes and no spelling. The engine's radix prefix cache holds the document
+parts' full pages after their first prefill, so a document reranked again (another question, another group)
+prefills only its last partial page and the question: its K/V is computed once and reused while it stays in
+the cache, alongside every other request's prefixes under the same LRU and admission policy. All candidates
+of a call are submitted at once, so the engine batches them (and other requests' work) into its steps.
+
+Scores equal ``rerank.reranker.Reranker``'s (same prompt parts, same log-sum-exp over the spellings) within
+float tolerance. The reranker of a served drafter or verifier uses that model's engine, so the server loads no
+second copy of the model.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Sequence
+
+import numpy as np
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.models.text_model import TextModel
+from specrag_jax.rerank.prompts import JudgePrompt, use_chat
+from specrag_jax.serving.adapter import RequestContext
+from specrag_jax.serving.engine import Engine
+from specrag_jax.serving.requests import Request, RequestTimeout, Tree
+
+
+def _logsumexp(a: np.ndarray) -> np.ndarray:
+    top = a.max(axis=1, keepdims=True)
+    return np.log(np.exp(a - top).sum(axis=1)) + top[:, 0]
+
+
+class EngineReranker:
+    """``Scorer`` over an engine (see the module docstring); ``bind(ctx)`` gives one request's view."""
+
+    def __init__(self, model: TextModel, engine: Engine, *, max_doc_tokens: int = 160, prompt_form: str = "auto",
+                 ctx: RequestContext | None = None) -> None:
+        if engine.runner is not model.runner:
+            raise SpecRagError(f"the reranker's engine {engine.name!r} does not serve model {model.name!r}")
+        self.model, self.engine, self.ctx = model, engine, ctx
+        self.prompt = JudgePrompt.for_tokenizer(model.tokenizer, chat=use_chat(prompt_form, model.instruct),
+                                                max_doc_tokens=max_doc_tokens)
+        self._targets = list(self.prompt.yes_ids) + list(self.prompt.no_ids)
+        self.pairs = 0
+
+    def bind(self, ctx: RequestContext) -> "EngineReranker":
+        """The same reranker whose engine calls carry ``ctx``'s deadline and cancellation."""
+        bound = object.__new__(EngineReranker)
+        bound.__dict__.update(self.__dict__, ctx=ctx, pairs=0)
+        return bound
+
+    def score(self, question: str, docs: Sequence[dict]) -> list[float]:
+        """log P(yes) - log P(no) per document, in order (higher = more relevant)."""
+        q = self.prompt.query_ids(question)
+        prefixes = [self.prompt.doc_ids(d) for d in docs]
+        if not prefixes:
+            return []
+        limit = self.engine.runner.max_seq_len
+        longest = max(len(p) for p in prefixes) + len(q)
+        if longest > limit:
+            raise SpecRagError(f"a judging prompt of {longest} tokens exceeds the reranker's {limit} positions; "
+                               f"lower max_doc_tokens")
+        rows = [len(q) - 1] * len(self._targets)
+        trees = [Tree(list(q), [-1] + list(range(len(q) - 1)), [len(p) + i for i in range(len(q))], rows,
+                      self._targets) for p in prefixes]
+        logprobs = self._run(prefixes, trees)
+        lp = np.asarray(logprobs, dtype=np.float64).reshape(len(prefixes), -1)
+        ny = len(self.prompt.yes_ids)
+        self.pairs += len(prefixes)
+        return (_logsumexp(lp[:, :ny]) - _logsumexp(lp[:, ny:])).tolist()
+
+    def _run(self, prefixes: list[list[int]], trees: list[Tree]) -> list[np.ndarray]:
+        """Submit every tree before waiting on any (one engine batch); cancel the rest on a failure."""
+        ctx = self.ctx or RequestContext()
+        reqs: list[Request] = []
+        try:
+            for prefix, tree in zip(prefixes, trees):
+                reqs.append(ctx.track(lambda t, p=prefix, tr=tree: self.engine.submit_score(p, tr, timeout=t)))
+            out = []
+            for r in reqs:
+                left = None if ctx.deadline is None else max(ctx.deadline - time.perf_counter(), 0.0)
+                try:
+                    out.append(r.future.result(left))
+                except FutureTimeout:
+                    raise RequestTimeout("request timed out") from None
+            return out
+        except BaseException:
+            for r in reqs:
+                r.cancel()
+            raise
+        finally:
+            for r in reqs:
+                ctx.untrack(r)
