@@ -91,7 +91,7 @@ def main() -> None:
         **run_header(), "model": args.model, "mode": args.mode, "dtype": args.dtype, "batch_rows": args.batch,
         "row_length": args.length, "lora_rank": args.rank if args.mode == "lora" else None,
         "trainable_params": count_params(state.trainable), "load_s": round(load_s, 2),
-        "first_step_s": round(times[0], 2), "step_s": summarize(steady),
+        "first_step_s": round(times[0], 2), "step_s": summarize(steady, best=min(steady)),
         "tokens_per_step": round(float(np.mean(tokens[1:])), 1),
         "tokens_per_s": round(sum(tokens[1:]) / sum(steady), 1),
         "loss_first_last": [losses[0], losses[-1]],

@@ -230,7 +230,9 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="accuracy and latency of each method on a RetrievalQA-format file")
     p.add_argument("--data", required=True)
     p.add_argument("--methods", default="closed_book,standard,speculative,drafter_only,random_draft")
-    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--offset", type=int, default=0,
+                   help="skip the first OFFSET questions (e.g. the ones a drafter adapter was trained on)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate at most LIMIT questions after the offset")
     p.add_argument("--json", action="store_true", help="print the results object as JSON")
     p.add_argument("--out", default=None, help="folder for results.json, predictions.jsonl and a plot")
     p.add_argument("--corpus", default=None, help="retrieve from this corpus (BM25) instead of each question's own "
@@ -247,14 +249,18 @@ def _eval(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise SpecRagError(f"--limit must be >= 1 (got {args.limit})")
-    rows = load_questions(args.data, args.limit)
+    if args.offset < 0:
+        raise SpecRagError(f"--offset must be >= 0 (got {args.offset})")
+    rows = load_questions(args.data, None if args.limit is None else args.offset + args.limit)[args.offset:]
+    if not rows:
+        raise SpecRagError(f"--offset {args.offset} leaves no questions in {args.data}")
     methods = [m for m in args.methods.split(",") if m]
     config = _rag_config(args)
     corpus = None if args.corpus is None else load_corpus(args.corpus)  # a bad corpus fails before loading
     rag = _build_rag(args, corpus, config)
     results = evaluate(rag, rows, methods, progress=not (args.json or args.quiet), corpus=corpus)
     predictions = results.pop("predictions")
-    results["config"] = {"data": args.data, "limit": args.limit, "drafter": args.drafter,
+    results["config"] = {"data": args.data, "offset": args.offset, "limit": args.limit, "drafter": args.drafter,
                          "drafter_adapter": args.drafter_adapter,
                          "verifier": args.verifier, "n_docs": config.n_docs, "m": config.m, "k": config.k,
                          "normalize": config.scores.normalize, "terms": list(config.scores.terms),

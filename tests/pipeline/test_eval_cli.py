@@ -37,7 +37,7 @@ def test_eval_json_contract(capsys, tmp_path):
     ablations = res["ablations"]
     assert {"draft+sc+sr/mean", "draft/sum", "sc+sr/mean", "oracle"} <= set(ablations)
     assert all(0.0 <= v <= ablations["oracle"] for k, v in ablations.items())
-    assert res["config"]["m"] == 2
+    assert res["config"]["m"] == 2 and res["config"]["offset"] == 0 and res["config"]["drafter_adapter"] is None
     assert json.loads((tmp_path / "results.json").read_text())["methods"].keys() == res["methods"].keys()
     assert (tmp_path / "accuracy_vs_latency.png").stat().st_size > 0
     predictions = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
@@ -48,6 +48,8 @@ def test_eval_json_contract(capsys, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--data", "/nonexistent.jsonl"], "evaluation data file does not exist"),
     (["--data", str(DATA), "--limit", "0"], "--limit must be >= 1"),
+    (["--data", str(DATA), "--offset", "-1"], "--offset must be >= 0"),
+    (["--data", str(DATA), "--offset", "100000"], "leaves no questions"),
     (["--data", str(DATA), "--m", "0"], "m (number of drafts) must be >= 1"),
     (["--data", str(DATA), "--terms", "draft,nope"], "score terms"),
 ])
