@@ -10,7 +10,11 @@ rationale grounded in the documents. An example is kept only if its rationale pa
 - ``citation``: it cites a document of the subset as ``[i]`` (1 <= i <= subset size);
 
 and it is not a refusal (the teacher is told to write ``NONE`` when the documents do not support the answer).
-Each kept example records which checks it passed.
+``require`` says which must pass: ``"answer"`` (the default), ``"citation"``, ``"either"`` or ``"both"``. The
+default is ``answer`` because a citation alone keeps rationales that contradict the gold answer (measured on
+dev questions with the Qwen verifier as teacher: "Yes, the stock is above $250 ... [1]" for the gold answer
+"No", and a rationale naming another city than the gold one, both citing a document). Each kept example
+records which checks it passed.
 
 The output rows carry the drafter's exact prompt and target both as text and as token ids (``prompt_ids`` =
 the shared prefix + the subset's evidence branch, built by ``drafting.draft_prompts``, the function drafting
@@ -24,6 +28,7 @@ import dataclasses
 import re
 from typing import Any, Callable, Sequence
 
+from specrag_jax.errors import SpecRagError
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.drafting import draft_prompts, truncate_docs
@@ -38,6 +43,7 @@ TEACHER_RATIONALE = (
 )
 REFUSAL = "NONE"
 CHECKS = ("answer", "citation")
+REQUIRE = ("answer", "citation", "either", "both")
 _CITATION = re.compile(r"\[(\d+)\]")
 
 SubsetFn = Callable[[str, list[dict], int, int, int], tuple[list[list[int]], dict]]
@@ -73,6 +79,15 @@ def rationale_checks(rationale: str, answers: Sequence[str], n_docs: int) -> lis
     return passed
 
 
+def passes(passed: Sequence[str], require: str) -> bool:
+    """Whether the checks ``passed`` satisfy ``require`` (``REQUIRE``)."""
+    if require == "either":
+        return bool(passed)
+    if require == "both":
+        return set(CHECKS) <= set(passed)
+    return require in passed
+
+
 def teacher_prompt(question: str, docs: Sequence[dict], answer: str) -> str:
     """The teacher's instruction for one subset (documents numbered from 1, as the drafter sees them)."""
     listed = "".join(format_document(i + 1, d) for i, d in enumerate(docs))
@@ -104,7 +119,10 @@ class DrafterDataBuilder:
 
     def __init__(self, drafter: TextModel, teacher: TextModel, subsets: SubsetFn, *, k: int = 2, m: int = 5,
                  max_doc_tokens: int = 160, max_rationale_tokens: int = 64, max_tokens: int = 1024,
-                 seed: int = 0) -> None:
+                 seed: int = 0, require: str = "answer") -> None:
+        if require not in REQUIRE:
+            raise SpecRagError(f"require must be one of {', '.join(REQUIRE)} (got {require!r})")
+        self.require = require
         self.drafter, self.teacher, self.subsets = drafter, teacher, subsets
         self.k, self.m, self.max_doc_tokens, self.seed = k, m, max_doc_tokens, seed
         self.max_rationale_tokens, self.max_tokens = max_rationale_tokens, max_tokens
@@ -149,8 +167,11 @@ class DrafterDataBuilder:
             return "empty rationale"
         if rationale.strip().upper().startswith(REFUSAL):
             return "teacher said the documents do not support the answer"
-        if not rationale_checks(rationale, answers, n_docs):
+        passed = rationale_checks(rationale, answers, n_docs)
+        if not passed:
             return "rationale neither mentions the answer nor cites a document"
+        if not passes(passed, self.require):
+            return f"rationale fails the required check ({self.require}; passed: {', '.join(passed)})"
         return None
 
     def _example(self, question: str, answers: list[str], answer: str, subset: list[dict], rationale: str,

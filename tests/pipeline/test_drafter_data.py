@@ -8,7 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from specrag_jax.cli import main as cli_main
-from specrag_jax.pipeline.drafter_data import DrafterDataBuilder, draft_target, rationale_checks, teacher_prompt
+from specrag_jax.errors import SpecRagError
+from specrag_jax.pipeline.drafter_data import (DrafterDataBuilder, draft_target, passes, rationale_checks,
+                                               teacher_prompt)
+from specrag_jax.pipeline.drafter_data import CHECKS
 from specrag_jax.pipeline.drafting import draft_prompts
 from specrag_jax.pipeline.synthetic_questions import grounded, parse_question_answer, synthetic_rows
 
@@ -67,7 +70,7 @@ def test_examples_use_drafting_prompts_and_record_checks(drafter):
 
 def test_bad_rows_and_long_examples_are_skipped_with_their_reason(drafter):
     builder = DrafterDataBuilder(drafter, ScriptedTeacher(["It is [1].", "no idea"]), two_subsets,
-                                 max_doc_tokens=40, max_tokens=50)
+                                 max_doc_tokens=40, max_tokens=50, require="either")
     assert builder.examples({"question": "Q?", "context": ["a passage"]}) == []
     assert builder.examples({"question": " ", "ground_truth": ["x"], "context": ["p"]}) == []
     assert builder.examples({"question": "Q?", "ground_truth": ["x"]}) == []
@@ -76,6 +79,18 @@ def test_bad_rows_and_long_examples_are_skipped_with_their_reason(drafter):
     assert builder.examples(ROW) == []  # the char-level prompt is far longer than 50 tokens
     assert builder.stats.rejected == {"longer than max_tokens (50)": 1,
                                       "rationale neither mentions the answer nor cites a document": 1}
+
+
+def test_the_required_check_decides_what_is_kept(drafter):
+    assert passes(["answer"], "answer") and not passes(["citation"], "answer")
+    assert passes(["citation"], "either") and not passes(["citation"], "both") and passes(list(CHECKS), "both")
+    contradiction = "Yes, per [1] it was Marlowe."  # cites a document, names no gold answer
+    outs = {req: DrafterDataBuilder(drafter, ScriptedTeacher([contradiction, contradiction]), two_subsets,
+                                    max_doc_tokens=200, require=req) for req in ("answer", "either")}
+    assert outs["answer"].examples(ROW) == [] and len(outs["either"].examples(ROW)) == 2
+    assert outs["answer"].stats.rejected == {"rationale fails the required check (answer; passed: citation)": 2}
+    with pytest.raises(SpecRagError, match="require must be one of"):
+        DrafterDataBuilder(drafter, ScriptedTeacher([]), two_subsets, require="any")
 
 
 def test_synthetic_questions_are_parsed_grounded_and_shuffled():
