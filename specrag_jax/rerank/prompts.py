@@ -25,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
+import numpy as np
+
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.tokenizer import Tokenizer
 
@@ -116,6 +118,18 @@ class JudgePrompt:
         if not isinstance(question, str) or not question.strip():
             raise SpecRagError("the reranker needs a non-empty question")
         return self.tokenizer.encode(self.middle + question.strip() + self.tail, add_bos=False)
+
+    @property
+    def targets(self) -> list[int]:
+        """The ids whose log-probabilities a judged pair needs at its last position: yes spellings, then no."""
+        return list(self.yes_ids) + list(self.no_ids)
+
+    def scores(self, logprobs) -> list[float]:
+        """log P(yes) - log P(no) per pair from ``logprobs`` [pairs, len(targets)] (log-sum-exp per side)."""
+        lp = np.asarray(logprobs, dtype=np.float64).reshape(-1, len(self.targets))
+        lse = lambda a: np.log(np.exp(a - a.max(1, keepdims=True)).sum(1)) + a.max(1)  # noqa: E731
+        ny = len(self.yes_ids)
+        return (lse(lp[:, :ny]) - lse(lp[:, ny:])).tolist()
 
     def fingerprint(self) -> str:
         """Hash of everything but the document that shapes the prefix (form, template text, token limit)."""

@@ -18,7 +18,6 @@ import time
 import warnings
 from typing import Sequence
 
-import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels.page_pool import PoolExhausted, pages_needed
@@ -83,7 +82,7 @@ class Reranker:
         self.cache_docs, self.token_budget, self.max_doc_tokens = cache_docs, token_budget, max_doc_tokens
         self.prompt = JudgePrompt.for_tokenizer(model.tokenizer, chat=use_chat(prompt_form, model.instruct),
                                                 max_doc_tokens=max_doc_tokens)
-        self._targets = list(self.prompt.yes_ids) + list(self.prompt.no_ids)
+        self._targets = self.prompt.targets
         self._lru: collections.OrderedDict[str, _Resident] = collections.OrderedDict()
         self.stats = RerankStats()
 
@@ -173,13 +172,11 @@ class Reranker:
     def _judge(self, chunks: list[Chunk]) -> list[float]:
         t0 = time.perf_counter()
         step = self.runner.pack(chunks)
-        lp = self.runner.score(step, self._targets * len(chunks)).reshape(len(chunks), -1).astype(np.float64)
-        ny = len(self.prompt.yes_ids)
-        lse = lambda a: np.log(np.exp(a - a.max(1, keepdims=True)).sum(1)) + a.max(1)  # noqa: E731
+        lp = self.runner.score(step, self._targets * len(chunks))
         self.stats.steps += 1
         self.stats.pairs += len(chunks)
         self._tick("score", t0)
-        return (lse(lp[:, :ny]) - lse(lp[:, ny:])).tolist()
+        return self.prompt.scores(lp)
 
     def _score_recompute(self, q: list[int], cands: list[_Doc]) -> list[float]:
         out: list[float] = []

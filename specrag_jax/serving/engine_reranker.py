@@ -29,11 +29,6 @@ from specrag_jax.serving.engine import Engine
 from specrag_jax.serving.requests import Request, RequestTimeout, Tree
 
 
-def _logsumexp(a: np.ndarray) -> np.ndarray:
-    top = a.max(axis=1, keepdims=True)
-    return np.log(np.exp(a - top).sum(axis=1)) + top[:, 0]
-
-
 class EngineReranker:
     """``Scorer`` over an engine (see the module docstring); ``bind(ctx)`` gives one request's view."""
 
@@ -44,7 +39,7 @@ class EngineReranker:
         self.model, self.engine, self.ctx = model, engine, ctx
         self.prompt = JudgePrompt.for_tokenizer(model.tokenizer, chat=use_chat(prompt_form, model.instruct),
                                                 max_doc_tokens=max_doc_tokens)
-        self._targets = list(self.prompt.yes_ids) + list(self.prompt.no_ids)
+        self._targets = self.prompt.targets
         self.pairs = 0
 
     def bind(self, ctx: RequestContext) -> "EngineReranker":
@@ -67,11 +62,9 @@ class EngineReranker:
         rows = [len(q) - 1] * len(self._targets)
         trees = [Tree(list(q), [-1] + list(range(len(q) - 1)), [len(p) + i for i in range(len(q))], rows,
                       self._targets) for p in prefixes]
-        logprobs = self._run(prefixes, trees)
-        lp = np.asarray(logprobs, dtype=np.float64).reshape(len(prefixes), -1)
-        ny = len(self.prompt.yes_ids)
+        scores = self.prompt.scores(np.stack(self._run(prefixes, trees)))
         self.pairs += len(prefixes)
-        return (_logsumexp(lp[:, :ny]) - _logsumexp(lp[:, ny:])).tolist()
+        return scores
 
     def _run(self, prefixes: list[list[int]], trees: list[Tree]) -> list[np.ndarray]:
         """Submit every tree before waiting on any (one engine batch); cancel the rest on a failure."""
