@@ -9,6 +9,7 @@ from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.registry import DEFAULT_MODEL, KNOWN_MODELS
+from specrag_jax.pipeline.holdout import add_split_options, split_rows
 from specrag_jax.progress import NO_PROGRESS, Progress, StderrProgress, quiet_library_logs, stage
 
 
@@ -124,7 +125,8 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--drafter", default=DEFAULT_DRAFTER)
     p.add_argument("--drafter-adapter", default=None, metavar="DIR",
-                   help="a `specrag train --out` folder: its adapters are merged into the drafter at load")
+                   help="a `specrag train --out` folder, a `specrag export-adapter` folder or a shipped adapter's "
+                        "name: its adapters are merged into the drafter at load")
     p.add_argument("--verifier", default=DEFAULT_VERIFIER)
     p.add_argument("--n-docs", type=int, default=10, help="documents retrieved (or read from the passages)")
     p.add_argument("--m", type=int, default=5, help="number of drafts")
@@ -233,6 +235,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--offset", type=int, default=0,
                    help="skip the first OFFSET questions (e.g. the ones a drafter adapter was trained on)")
     p.add_argument("--limit", type=int, default=None, help="evaluate at most LIMIT questions after the offset")
+    add_split_options(p)
     p.add_argument("--json", action="store_true", help="print the results object as JSON")
     p.add_argument("--out", default=None, help="folder for results.json, predictions.jsonl and a plot")
     p.add_argument("--corpus", default=None, help="retrieve from this corpus (BM25) instead of each question's own "
@@ -251,16 +254,19 @@ def _eval(args: argparse.Namespace) -> int:
         raise SpecRagError(f"--limit must be >= 1 (got {args.limit})")
     if args.offset < 0:
         raise SpecRagError(f"--offset must be >= 0 (got {args.offset})")
-    rows = load_questions(args.data, None if args.limit is None else args.offset + args.limit)[args.offset:]
+    stop = None if args.limit is None or args.split != "all" else args.offset + args.limit  # read no further
+    rows = split_rows(load_questions(args.data, stop), args.split, args.holdout_fraction)[args.offset:]
+    rows = rows if args.limit is None else rows[: args.limit]
     if not rows:
-        raise SpecRagError(f"--offset {args.offset} leaves no questions in {args.data}")
+        raise SpecRagError(f"--split {args.split} --offset {args.offset} leaves no questions in {args.data}")
     methods = [m for m in args.methods.split(",") if m]
     config = _rag_config(args)
     corpus = None if args.corpus is None else load_corpus(args.corpus)  # a bad corpus fails before loading
     rag = _build_rag(args, corpus, config)
     results = evaluate(rag, rows, methods, progress=not (args.json or args.quiet), corpus=corpus)
     predictions = results.pop("predictions")
-    results["config"] = {"data": args.data, "offset": args.offset, "limit": args.limit, "drafter": args.drafter,
+    results["config"] = {"data": args.data, "split": args.split, "holdout_fraction": args.holdout_fraction,
+                         "offset": args.offset, "limit": args.limit, "drafter": args.drafter,
                          "drafter_adapter": args.drafter_adapter,
                          "verifier": args.verifier, "n_docs": config.n_docs, "m": config.m, "k": config.k,
                          "normalize": config.scores.normalize, "terms": list(config.scores.terms),
@@ -308,9 +314,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from specrag_jax.pipeline.drafter_data_cli import add_drafter_data_parser
 
     add_drafter_data_parser(sub)
-    from specrag_jax.training.cli import add_train_parser
+    from specrag_jax.training.cli import add_export_parser, add_train_parser
 
     add_train_parser(sub)
+    add_export_parser(sub)
     args = parser.parse_args(argv)
     args.progress = NO_PROGRESS if getattr(args, "quiet", True) else StderrProgress()
     quiet_library_logs()
@@ -330,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return args.drafter_data_main(args)
         if args.command == "train":
             return args.train_main(args)
+        if args.command == "export-adapter":
+            return args.export_main(args)
     except SpecRagError as exc:
         args.progress.fail("")
         print(f"specrag: error: {exc}", file=sys.stderr)

@@ -27,6 +27,7 @@ from specrag_jax.cache_root import CACHE_ENV, cache_root
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig, param_shapes
 from specrag_jax.models.param_file import load_tree, save_tree
+from specrag_jax.models.streaming import ShardingsFn
 
 CACHE_FORMAT = 2  # bump when the conversion changes, so old entries are not reused
 DTYPES = ("float32", "bfloat16")
@@ -55,11 +56,23 @@ def save_params(directory: str | Path, params: dict[str, Any]) -> None:
     save_tree(directory / PARAMS_FILE, params)
 
 
-def restore_params(directory: str | Path, cfg: ModelConfig, dtype: str) -> dict[str, Any]:
-    """Memory-map the saved tree; it must hold exactly the shapes and dtype ``cfg`` needs."""
+class ShardingFailed(SpecRagError):
+    """The shardings function failed on a cache hit (e.g. a mesh that does not divide a dimension)."""
+
+
+def restore_params(directory: str | Path, cfg: ModelConfig, dtype: str,
+                   shardings: ShardingsFn | None = None) -> dict[str, Any]:
+    """Read the saved tree memory-mapped (into ``shardings(cfg, abstract)`` if given); it must hold exactly
+    the shapes and dtype ``cfg`` needs."""
     expected = jax.tree.map(lambda shape: (tuple(shape), jax.numpy.dtype(dtype)), param_shapes(cfg),
                             is_leaf=lambda x: isinstance(x, tuple))
-    return load_tree(Path(directory) / PARAMS_FILE, expected)
+    def per_tree(tree: Any) -> Any:
+        try:
+            return shardings(cfg, tree)
+        except Exception as exc:  # the placement's fault, not the entry's: never a reason to delete it
+            raise ShardingFailed(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
+
+    return load_tree(Path(directory) / PARAMS_FILE, expected, None if shardings is None else per_tree)
 
 
 def source_fingerprint(source: Path) -> list[list[Any]]:
@@ -85,13 +98,14 @@ def _file_list(root: Path) -> dict[str, int]:
     return {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _read_entry(entry: Path, key: dict[str, Any]) -> tuple[ModelConfig, dict[str, Any]]:
+def _read_entry(entry: Path, key: dict[str, Any],
+                shardings: ShardingsFn | None = None) -> tuple[ModelConfig, dict[str, Any]]:
     if json.loads((entry / "key.json").read_text()) != key:
         raise ValueError("key mismatch")
     if _file_list(entry / "params") != json.loads((entry / "files.json").read_text()):
         raise ValueError("file list mismatch")
     cfg = config_from_json((entry / "config.json").read_text())
-    return cfg, restore_params(entry / "params", cfg, key["dtype"])
+    return cfg, restore_params(entry / "params", cfg, key["dtype"], shardings)
 
 
 def _write_entry(cache_dir: Path, entry: Path, key: dict[str, Any], cfg: ModelConfig, params: dict[str, Any]) -> None:
@@ -136,12 +150,14 @@ def load_params_cached(
     loader: Callable[[], tuple[ModelConfig, dict[str, Any]]],
     cache_dir: str | Path | None = None,
     dtype: str = "float32",
+    shardings: ShardingsFn | None = None,
 ) -> tuple[ModelConfig, dict[str, Any], CacheResult]:
     """Return ``(cfg, params)`` for ``source_path`` from the cache, or call ``loader()`` and cache it.
 
     ``loader`` must return params as jax arrays already cast to ``dtype``. The cache key is the
     absolute source path, its size and mtime, the dtype and ``CACHE_FORMAT``; an unreadable or
-    incomplete entry is removed and rebuilt. Cache write failures never fail the load.
+    incomplete entry is removed and rebuilt. Cache write failures never fail the load. ``shardings(cfg,
+    abstract)``: a hit is read straight into these shardings, each device reading its part of the file.
     """
     if dtype not in DTYPES:
         raise SpecRagError(f"unsupported dtype {dtype!r}; use one of {', '.join(DTYPES)}")
@@ -151,8 +167,10 @@ def load_params_cached(
     corrupt = False
     if entry.is_dir():
         try:
-            cfg, params = _read_entry(entry, key)
+            cfg, params = _read_entry(entry, key, shardings)
             return cfg, params, CacheResult(hit=True, entry=entry)
+        except ShardingFailed:
+            raise
         except Exception:  # corrupt, partial or from an incompatible version: rebuild it
             corrupt = True
             shutil.rmtree(entry, ignore_errors=True)

@@ -5,12 +5,15 @@ sliding window), ``Qwen2ForCausalLM`` ("qwen2": q/k/v biases), ``Qwen3ForCausalL
 norms), ``MixtralForCausalLM`` ("mixtral": per-expert ``block_sparse_moe.experts.{j}.w1/w2/w3`` stacked on an
 expert axis, or the fused in-memory ``mlp.experts.gate_up_proj``) and ``Gemma3ForCausalLM`` ("gemma3_text",
 or "gemma3" with a ``text_config``); the config is read by ``hf_config.py``. Shards listed in
-``model.safetensors.index.json`` are opened lazily, one tensor at a time. Hugging Face Gemma norms
+``model.safetensors.index.json`` are opened lazily, one tensor at a time (``load_hf``; ``load_model_params``
+streams them block by block into their shardings with ``hf_streaming``, from the same ``hf_plan``; an index
+that lists a shard file the directory lacks is an error naming it). Hugging Face Gemma norms
 store ``w`` and apply ``1 + w``; we add the 1 so every norm scale is multiplicative.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -72,7 +75,7 @@ MIXTRAL_FUSED = {"layers/mlp/router/kernel": "layers.{i}.mlp.gate.weight",
                  "layers/mlp/up/kernel": "layers.{i}.mlp.experts.gate_up_proj#up",
                  "layers/mlp/down/kernel": "layers.{i}.mlp.experts.down_proj"}
 _MODEL_PREFIXES = ("model.", "model.language_model.", "language_model.model.")
-_LM_HEADS = ("lm_head.weight", "language_model.lm_head.weight")
+LM_HEADS = ("lm_head.weight", "language_model.lm_head.weight")
 
 
 def _tensor_index(directory: Path) -> dict[str, Path]:
@@ -83,6 +86,11 @@ def _tensor_index(directory: Path) -> dict[str, Path]:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (OSError, ValueError, KeyError) as exc:
             raise SpecRagError(f"cannot read {index}: {exc}") from None
+        missing = sorted({file for file in weight_map.values() if not (directory / file).is_file()})
+        if missing:
+            more = f" (+{len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise SpecRagError(f"checkpoint in {directory} is missing shard file {missing[0]!r}{more}, "
+                               f"listed in {index.name}")
         return {name: directory / file for name, file in weight_map.items()}
     files = sorted(directory.glob("*.safetensors"))
     if not files:
@@ -97,11 +105,20 @@ def _tensor_index(directory: Path) -> dict[str, Path]:
     return out
 
 
-def load_hf(directory: str | Path, leaf_fn: LeafFn | None = None) -> tuple[ModelConfig, dict[str, Any]]:
-    """Load a Hugging Face directory into ``(ModelConfig, params)``.
+@dataclasses.dataclass(frozen=True)
+class HFPlan:
+    """What a Hugging Face directory holds and where each of our leaves comes from."""
 
-    Leaves are float32 numpy arrays, or whatever ``leaf_fn`` makes of each one.
-    """
+    directory: Path
+    cfg: ModelConfig
+    names: dict[str, str]  # our leaf -> full tensor name ("{i}" layer, "{j}" expert, "#gate"/"#up" fused halves)
+    index: dict[str, Path]  # every tensor name -> its safetensors file
+    norm_offset: float  # added to every norm scale (1 for Gemma's ``1 + w``)
+    prefix: str  # the language model's tensor-name prefix ("model.", "model.language_model.", ...)
+
+
+def hf_plan(directory: str | Path) -> HFPlan:
+    """Read config.json and the tensor index of a Hugging Face directory; map our leaves to its tensor names."""
     directory = Path(directory)
     cfg = hf_config_to_model_config(read_config(directory), name=directory.name)
     index = _tensor_index(directory)
@@ -112,14 +129,24 @@ def load_hf(directory: str | Path, leaf_fn: LeafFn | None = None) -> tuple[Model
     if cfg.num_experts and f"{prefix}layers.0.mlp.experts.gate_up_proj" in index:
         table.update(MIXTRAL_FUSED)
     names = {leaf: prefix + n for leaf, n in table.items()}
-    head = next((h for h in _LM_HEADS if h in index), None)
+    head = next((h for h in LM_HEADS if h in index), None)
     if not cfg.tie_embeddings:
         if head is None:
             warnings.warn(f"{directory}: tie_word_embeddings is false but lm_head.weight is missing; tying")
             cfg = cfg.replace(tie_embeddings=True)
         else:
             names["lm_head/kernel"] = head
-    norm_offset = 1.0 if cfg.arch == "gemma3" else 0.0
+    return HFPlan(directory, cfg, names, index, 1.0 if cfg.arch == "gemma3" else 0.0, prefix)
+
+
+def load_hf(directory: str | Path, leaf_fn: LeafFn | None = None) -> tuple[ModelConfig, dict[str, Any]]:
+    """Load a Hugging Face directory into ``(ModelConfig, params)``.
+
+    Leaves are float32 numpy arrays, or whatever ``leaf_fn`` makes of each one. (Each stacked leaf is built
+    on the host; ``hf_streaming.load_hf_streaming`` places bounded blocks straight into a sharding instead.)
+    """
+    plan = hf_plan(directory)
+    directory, cfg, names, index, norm_offset = plan.directory, plan.cfg, plan.names, plan.index, plan.norm_offset
     handles: dict[Path, Any] = {}
 
     def fetch(name: str, leaf: str) -> np.ndarray:

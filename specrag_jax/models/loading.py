@@ -16,7 +16,10 @@ from specrag_jax.models.checkpoint import DTYPES, load_params_cached
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.gguf_loader import load_gguf
 from specrag_jax.models.hf_loader import load_hf
+from specrag_jax.models.hf_streaming import load_hf_streaming
 from specrag_jax.models.registry import resolve_model_path
+from specrag_jax.models.streaming import ShardingsFn
+from specrag_jax.models.tree_paths import flatten_tree, unflatten
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +61,7 @@ def to_jax_leaf(dtype: str) -> Callable[[np.ndarray], jax.Array]:
 
 
 def read_source(path: Path, leaf_fn: Callable[[np.ndarray], Any] | None = None) -> tuple[ModelConfig, dict[str, Any]]:
-    """Dispatch on the source kind: a ``.gguf`` file or a Hugging Face directory."""
+    """Dispatch on the source kind: a ``.gguf`` file or a Hugging Face directory (host-assembled leaves)."""
     if path.is_dir():
         return load_hf(path, leaf_fn)
     if path.is_file():
@@ -66,14 +69,28 @@ def read_source(path: Path, leaf_fn: Callable[[np.ndarray], Any] | None = None) 
     raise SpecRagError(f"model path is neither a .gguf file nor a directory: {path}")
 
 
+def convert_source(path: Path, dtype: str, shardings: ShardingsFn | None = None) -> tuple[ModelConfig, dict[str, Any]]:
+    """Params of ``dtype`` from a source: Hugging Face directories streamed block by block into ``shardings``
+    (``hf_streaming``); GGUF files dequantised a tensor at a time, then put with ``shardings``."""
+    if path.is_dir():
+        return load_hf_streaming(path, dtype, shardings)
+    cfg, params = read_source(path, to_jax_leaf(dtype))
+    if shardings is not None:
+        flat, targets = flatten_tree(params), flatten_tree(shardings(cfg, params))
+        params = unflatten({name: jax.device_put(a, targets[name]).block_until_ready() for name, a in flat.items()})
+    return cfg, params
+
+
 def load_model_params(
-    name_or_path: str, dtype: str = "float32", cache: bool = True
+    name_or_path: str, dtype: str = "float32", cache: bool = True, shardings: ShardingsFn | None = None
 ) -> tuple[ModelConfig, dict[str, Any]]:
     """Load ``(ModelConfig, params)`` with params as jax arrays of ``dtype`` (float32 or bfloat16).
 
     ``name_or_path`` is a registry name (e.g. "gemma3-270m"), a .gguf file or a Hugging Face
-    directory. With ``cache`` the converted params are kept in an Orbax cache (see
-    ``checkpoint.load_params_cached``; directory from ``$SPECRAG_CACHE_DIR``).
+    directory. With ``cache`` the converted params are kept in an on-disk cache (see
+    ``checkpoint.load_params_cached``; directory from ``$SPECRAG_CACHE_DIR``). ``shardings(cfg, abstract)``
+    (e.g. ``Placement.param_shardings``): a Sharding per leaf of the stacked tree; leaves are then created
+    directly in it from the cache or a Hugging Face directory, never whole on one device or on the host.
     """
     global _LAST_LOAD
     check_dtype(dtype)
@@ -81,10 +98,10 @@ def load_model_params(
     start = time.perf_counter()
 
     def convert() -> tuple[ModelConfig, dict[str, Any]]:
-        return read_source(path, to_jax_leaf(dtype))
+        return convert_source(path, dtype, shardings)
 
     if cache:
-        cfg, params, result = load_params_cached(path, convert, dtype=dtype)
+        cfg, params, result = load_params_cached(path, convert, dtype=dtype, shardings=shardings)
         hit, entry = result.hit, (str(result.entry) if result.entry else None)
     else:
         (cfg, params), hit, entry = convert(), False, None

@@ -71,7 +71,8 @@ class TextModel:
         ``transform_params(cfg, params)``: applied to the loaded weights before placing them (the pipeline merges
         a trained drafter adapter this way, ``training/adapter.py``)."""
         t0 = time.perf_counter()
-        cfg, params = load_model_params(name_or_path, dtype=dtype, cache=cache)
+        shardings = placement.param_shardings if placement is not None else None  # loaded straight into them
+        cfg, params = load_model_params(name_or_path, dtype=dtype, cache=cache, shardings=shardings)
         if transform_params is not None:  # e.g. trained adapters merged into the weights (training/adapter.py)
             params = transform_params(cfg, params)
         tokenizer = load_tokenizer(name_or_path)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.pipeline.holdout import add_split_options, split_rows
 
 
 def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +34,7 @@ def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--teacher", default=DEFAULT_VERIFIER, help="the model that writes rationales (default: verifier)")
     p.add_argument("--offset", type=int, default=0, help="skip the first OFFSET rows (hold them out)")
     p.add_argument("--limit", type=int, default=None, help="use at most LIMIT rows after the offset")
+    add_split_options(p)
     p.add_argument("--synthetic", type=int, default=100, help="--corpus: passages to write questions from")
     p.add_argument("--k", type=int, default=2, help="clusters (as RAGConfig.k)")
     p.add_argument("--m", type=int, default=5, help="subsets per question (as RAGConfig.m)")
@@ -55,10 +57,10 @@ def _source_rows(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     from specrag_jax.retrieval import load_corpus
 
     if args.data is not None:
-        rows = load_questions(args.data)[args.offset:]
+        rows = split_rows(load_questions(args.data), args.split, args.holdout_fraction)[args.offset:]
         rows = rows if args.limit is None else rows[: args.limit]
         if not rows:
-            raise SpecRagError(f"--offset {args.offset} leaves no rows of {args.data}")
+            raise SpecRagError(f"--split {args.split} --offset {args.offset} leaves no rows of {args.data}")
         return rows, []
     return [], load_corpus(args.corpus)
 
@@ -112,7 +114,8 @@ def drafter_data_main(args: argparse.Namespace) -> int:
                            f"{builder.stats.rejected or 'none'}; skipped rows: {builder.stats.skipped_rows or 'none'})")
     _write_atomic(out, lines)
     summary = {"out": str(out), "source": args.data or args.corpus, "drafter": args.drafter, "teacher": args.teacher,
-               "offset": args.offset, "limit": args.limit, "require": args.require,
+               "offset": args.offset, "limit": args.limit, "split": args.split,
+               "holdout_fraction": args.holdout_fraction, "require": args.require,
                **dataclasses.asdict(builder.stats),
                "synthetic_dropped": dropped, "wall_s": round(time.perf_counter() - t0, 2),
                "command": "specrag " + " ".join(sys.argv[1:])}

@@ -142,7 +142,27 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
             out["methods"][method]["rerank"] = summarize_rerank(a["rerank"])
     if verified:
         out["ablations"] = score_ablations(verified)
+        out["drafts"] = draft_format(verified)
     return out
+
+
+SHORT_RESPONSE_WORDS = 10  # a response of at most this many words is a short answer, as the drafter is asked
+
+
+def draft_format(verified: Sequence[tuple[Sequence[Draft], Sequence[str]]]) -> dict[str, float]:
+    """How the speculative method's drafts look: shares of all drafts that parsed (a rationale and a response),
+    have a short response (<= ``SHORT_RESPONSE_WORDS`` words), follow the format (both) and are correct."""
+    drafts = [(d, truth) for ds, truth in verified for d in ds]
+    if not drafts:
+        return {"n": 0}
+    words = [len(d.answer.split()) for d, _ in drafts]
+    short = [w <= SHORT_RESPONSE_WORDS for w in words]
+    return {"n": len(drafts),
+            "parsed": sum(d.parsed for d, _ in drafts) / len(drafts),
+            "short_response": sum(short) / len(drafts),
+            "follows_format": sum(d.parsed and s for (d, _), s in zip(drafts, short)) / len(drafts),
+            "correct": sum(is_correct(d.answer, t) for d, t in drafts) / len(drafts),
+            "response_words_mean": statistics.fmean(words)}
 
 
 STAGE_KEYS = ("retrieval_s", "rerank_s", "clustering_s", "drafting_s", "verification_s", "generation_s")

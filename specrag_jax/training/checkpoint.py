@@ -48,6 +48,16 @@ def base_fingerprint(cfg: ModelConfig, params: Any) -> str:
     return h.hexdigest()[:16]
 
 
+def checkpoint_dir(path: str | Path) -> Path:
+    """``OUT`` (a ``specrag train --out``) or ``OUT/checkpoints`` -> the checkpoints folder."""
+    p = Path(path)
+    if (p / "checkpoints").is_dir():
+        return p / "checkpoints"
+    if p.is_dir():
+        return p
+    raise SpecRagError(f"adapter folder not found: {p}")
+
+
 def check_base(meta: dict, name: str, fingerprint: str, what: str = "checkpoint") -> None:
     """Refuse a checkpoint (or adapter) made for another base model, naming both."""
     saved_name, saved_fp = meta.get("base_model", "?"), meta.get("base_fingerprint", "?")

@@ -99,6 +99,24 @@ def file_id(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
+RUN_RECORD = "run.json"
+
+
+def write_run_record(args: argparse.Namespace) -> None:
+    """``OUT/run.json``: the command and the data it trained on (with ``DATA.summary.json`` from
+    ``make-drafter-data`` when present: source, split, teacher), so an exported adapter can say what made it."""
+    import sys
+
+    summary = Path(str(args.data) + ".summary.json")
+    record = {"command": "specrag " + " ".join(sys.argv[1:]), "data": str(args.data), "data_id": file_id(args.data),
+              "data_summary": json.loads(summary.read_text()) if summary.is_file() else None}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".{RUN_RECORD}.tmp"
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(out / RUN_RECORD)
+
+
 def run_train(args: argparse.Namespace) -> int:
     from specrag_jax.parallel.cli import placement_from_args
     from specrag_jax.training.data import load_examples, split_holdout
@@ -118,6 +136,7 @@ def run_train(args: argparse.Namespace) -> int:
     with stage(progress, f"loading {args.model}"):
         cfg, params = load_base(args.model, args.dtype)
     train_ex, eval_ex = split_holdout(data.examples, config.eval_fraction, config.seed)
+    write_run_record(args)
     result = train(cfg, params, train_ex, eval_ex, config, args.out, base_name=args.model, resume=args.resume,
                    placement=placement, progress=not (args.quiet or args.json), data_id=file_id(args.data))
     summary = {**result.summary(), "model": args.model, "mode": config.mode, "out": args.out,
@@ -129,4 +148,27 @@ def run_train(args: argparse.Namespace) -> int:
               f"{result.trainable_params} trainable parameters): train loss {summary['final_train_loss']}, "
               f"held-out loss {summary['final_eval_loss']}, {summary['tokens_per_s']} tokens/s; "
               f"checkpoints in {Path(args.out) / 'checkpoints'}")
+    return 0
+
+
+def add_export_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``export-adapter`` (dispatch through ``args.export_main``)."""
+    p = sub.add_parser("export-adapter", help="write a train run's adapters as adapter.safetensors + adapter.json")
+    p.add_argument("--run", required=True, help="a `specrag train --out` folder")
+    p.add_argument("--out", required=True, help="the adapter folder to write (must not exist)")
+    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"],
+                   help="stored dtype (merged into the base weights in float32 at load)")
+    p.add_argument("--step", type=int, default=None, help="the checkpoint step (default: the newest)")
+    p.set_defaults(export_main=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Export a run's newest (or ``--step``) adapters, with its ``run.json`` record, to ``--out``."""
+    from specrag_jax.training.export import ADAPTER_FILE, export_adapter
+
+    record = Path(args.run) / RUN_RECORD
+    extra = {"training_run": json.loads(record.read_text())} if record.is_file() else None
+    dest = export_adapter(args.run, args.out, dtype=args.dtype, step=args.step, extra=extra)
+    size = (dest / ADAPTER_FILE).stat().st_size
+    print(f"adapter of {args.run} -> {dest} ({size / 1e6:.1f} MB, {args.dtype})")
     return 0

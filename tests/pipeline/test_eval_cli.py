@@ -37,6 +37,8 @@ def test_eval_json_contract(capsys, tmp_path):
     ablations = res["ablations"]
     assert {"draft+sc+sr/mean", "draft/sum", "sc+sr/mean", "oracle"} <= set(ablations)
     assert all(0.0 <= v <= ablations["oracle"] for k, v in ablations.items())
+    assert res["drafts"]["n"] >= 2 and 0.0 <= res["drafts"]["follows_format"] <= res["drafts"]["parsed"] <= 1.0
+    assert res["config"]["split"] == "all"
     assert res["config"]["m"] == 2 and res["config"]["offset"] == 0 and res["config"]["drafter_adapter"] is None
     assert json.loads((tmp_path / "results.json").read_text())["methods"].keys() == res["methods"].keys()
     assert (tmp_path / "accuracy_vs_latency.png").stat().st_size > 0
@@ -50,6 +52,8 @@ def test_eval_json_contract(capsys, tmp_path):
     (["--data", str(DATA), "--limit", "0"], "--limit must be >= 1"),
     (["--data", str(DATA), "--offset", "-1"], "--offset must be >= 0"),
     (["--data", str(DATA), "--offset", "100000"], "leaves no questions"),
+    (["--data", str(DATA), "--split", "heldout", "--holdout-fraction", "0"], "leaves no questions"),
+    (["--data", str(DATA), "--split", "train", "--holdout-fraction", "2"], "holdout-fraction must be in"),
     (["--data", str(DATA), "--m", "0"], "m (number of drafts) must be >= 1"),
     (["--data", str(DATA), "--terms", "draft,nope"], "score terms"),
 ])
