@@ -14,9 +14,7 @@ directories are removed when the manager opens). The newest ``max_to_keep`` step
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +33,13 @@ _SAMPLE = 1 << 16  # elements hashed per large leaf (strided)
 
 
 def base_fingerprint(cfg: ModelConfig, params: Any) -> str:
-    """A short hash of the base model: its config and, per leaf, path, shape and a strided sample rounded to
-    bfloat16 (so the float32 and bfloat16 loads of one model agree; another model differs almost everywhere)."""
+    """A short hash of the base model's weights: the architecture and, per leaf, path, shape and a strided sample
+    rounded to bfloat16 (so the float32 and bfloat16 loads of one model agree; another model differs almost
+    everywhere). The rest of the config is left out on purpose: a field the model does not use (e.g. the local
+    RoPE base of a model without local layers) changed between converter versions, and an adapter must not be
+    refused for it (measured: a cache entry written before that change gave another hash for the same weights)."""
     params = stack_layers(params, cfg.num_layers)  # the same hash for the stacked and per-layer layouts
-    h = hashlib.sha256(json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str).encode())
+    h = hashlib.sha256(f"fingerprint-2:{cfg.arch}".encode())
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
     for path, leaf in sorted(leaves, key=lambda kv: jax.tree_util.keystr(kv[0])):
         flat = np.asarray(leaf).reshape(-1)

@@ -91,3 +91,12 @@ def test_cli(run, tmp_path, capsys):
     assert json.loads((tmp_path / "x" / META_FILE).read_text())["mode"] == "lora"
     assert main(["export-adapter", "--run", str(run), "--out", str(tmp_path / "x")]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_the_base_fingerprint_follows_the_weights_not_unused_config_fields(tiny):
+    from specrag_jax.training.checkpoint import base_fingerprint
+
+    cfg, params = tiny
+    fp = base_fingerprint(cfg, params)
+    assert base_fingerprint(cfg.replace(rope_local_theta=cfg.rope_local_theta * 10), params) == fp
+    assert base_fingerprint(cfg, jax.tree_util.tree_map(lambda x: x * 1.5, params)) != fp
