@@ -125,7 +125,7 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--drafter", default=DEFAULT_DRAFTER)
     p.add_argument("--drafter-adapter", default=None, metavar="DIR",
-                   help="a `specrag train --out` folder, a `specrag export-adapter` folder or a shipped adapter's "
+                   help="a `specrag train --out` folder, a `specrag export-adapter` folder or a known adapter's "
                         "name: its adapters are merged into the drafter at load")
     p.add_argument("--verifier", default=DEFAULT_VERIFIER)
     p.add_argument("--n-docs", type=int, default=10, help="documents retrieved (or read from the passages)")

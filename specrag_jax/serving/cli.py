@@ -19,7 +19,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="model name, path, or tiny:llama / tiny:gemma3")
     p.add_argument("--drafter-adapter", default=None, metavar="DIR",
-                   help="a `specrag train --out` or `specrag export-adapter` folder, or a shipped adapter's name: "
+                   help="a `specrag train --out` or `specrag export-adapter` folder, or a known adapter's name: "
                         "its adapters are merged into the drafter at load")
     p.add_argument("--verifier", default=DEFAULT_VERIFIER)
     p.add_argument("--corpus", default=None, help="corpus searched when /v1/rag gets no documents")

@@ -5,7 +5,7 @@ Pallas kernels at the base model's speed, and nothing in ``models/`` knows about
 training needs: a frozen base and gradients for ``A``/``B`` only.)
 
 An adapter is named by a ``specrag train --out`` folder (its newest checkpoint), an exported adapter folder
-(``export.py``: ``adapter.safetensors`` + ``adapter.json``) or the name of an export shipped with the package
+(``export.py``: ``adapter.safetensors`` + ``adapter.json``) or the name of a known adapter built into the cache
 (``specrag_jax.adapters.KNOWN_ADAPTERS``).
 """
 
@@ -44,7 +44,7 @@ def load_adapter(path: str | Path, base_name: str, cfg: ModelConfig, params: dic
                  step: int | None = None) -> tuple[dict, dict]:
     """(params with the trained adapters merged, or the fully fine-tuned params; the adapter's meta).
 
-    ``path``: a train folder, an exported adapter or a shipped adapter's name. Refuses (one line, both names) an
+    ``path``: a train folder, an exported adapter or a known adapter's name. Refuses (one line, both names) an
     adapter trained on another base model. The result keeps the layout (stacked or per-layer) and dtype of
     ``params``."""
     resolved = resolve_adapter(path)

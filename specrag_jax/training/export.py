@@ -6,7 +6,7 @@ export writes the newest (or a chosen) step's trainable tree, cast to ``dtype`` 
 adapter is then merged into the base weights at load, in float32), with the checkpoint's metadata (base model and
 fingerprint, mode, LoRA config, step, settings) as JSON. It is built in a temporary sibling folder and renamed
 into place, so a reader never sees half of one. ``--drafter-adapter`` accepts an export, a train folder or the
-name of an export shipped in ``specrag_jax/adapters``.
+name of a known adapter built into the cache (``specrag_jax/adapters``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def export_adapter(run_dir: str | Path, dest: str | Path, dtype: str = "bfloat16
     meta.update({"dtype": dtype, "source_run": str(Path(run_dir)), **(extra or {})})
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
-    tmp.chmod(0o755)  # mkdtemp's 0700 would make a shipped or shared adapter unreadable to others
+    tmp.chmod(0o755)  # mkdtemp's 0700 would make a built or shared adapter unreadable to others
     try:
         save_tree(tmp / ADAPTER_FILE, tree)
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")

@@ -44,25 +44,3 @@ def test_trained_adapter_is_merged_into_the_real_drafter_and_refused_for_another
     assert plain.logprobs != adapted.logprobs  # the adapters changed the drafter
     with pytest.raises(SpecRagError, match="smollm2-135m-instruct"):
         TextModel.load("gemma3-270m", max_batch=1, transform_params=adapter_transform("gemma3-270m", out))
-
-
-@pytest.mark.slow
-def test_the_shipped_adapter_loads_into_the_default_drafter_by_name():
-    import jax
-
-    from specrag_jax.adapters import KNOWN_ADAPTERS, resolve_adapter
-    from specrag_jax.models.loading import load_model_params
-    from specrag_jax.training.adapter import adapter_info
-
-    assert "smollm2-rag-drafter" in KNOWN_ADAPTERS
-    info = adapter_info("smollm2-rag-drafter")
-    assert info["base_model"] == "smollm2-135m-instruct" and info["mode"] == "lora" and info["dtype"] == "bfloat16"
-    assert (resolve_adapter("smollm2-rag-drafter") / "adapter.safetensors").stat().st_size < 12e6
-    cfg, params = load_model_params("smollm2-135m-instruct")
-    merged, meta = load_adapter("smollm2-rag-drafter", "smollm2-135m-instruct", cfg, params)
-    changed = [not np.array_equal(np.asarray(a), np.asarray(b))
-               for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(merged))]
-    assert sum(changed) == 7  # the 7 stacked projection kernels carry the adapters; norms and embeddings do not
-    g_cfg, g_params = load_model_params("gemma3-270m")
-    with pytest.raises(SpecRagError, match="smollm2-135m-instruct"):
-        load_adapter("smollm2-rag-drafter", "gemma3-270m", g_cfg, g_params)

@@ -100,3 +100,17 @@ def test_the_base_fingerprint_follows_the_weights_not_unused_config_fields(tiny)
     fp = base_fingerprint(cfg, params)
     assert base_fingerprint(cfg.replace(rope_local_theta=cfg.rope_local_theta * 10), params) == fp
     assert base_fingerprint(cfg, jax.tree_util.tree_map(lambda x: x * 1.5, params)) != fp
+
+
+def test_a_known_adapter_resolves_to_its_built_folder_or_says_how_to_build_it(tiny, run, tmp_path, monkeypatch):
+    from specrag_jax.adapters import KNOWN_ADAPTERS, built_adapters_dir
+
+    cfg, params = tiny
+    monkeypatch.setenv("SPECRAG_CACHE_DIR", str(tmp_path))
+    with pytest.raises(SpecRagError, match="smollm2-rag-drafter is not built.*make drafter-adapter"):
+        resolve_adapter("smollm2-rag-drafter")
+    assert "smollm2-rag-drafter" in KNOWN_ADAPTERS
+    export_adapter(run, built_adapters_dir() / "smollm2-rag-drafter")  # what `make drafter-adapter` does
+    assert resolve_adapter("smollm2-rag-drafter") == tmp_path / "adapters" / "smollm2-rag-drafter"
+    merged, meta = load_adapter("smollm2-rag-drafter", "tiny", cfg, params)
+    assert meta["dtype"] == "bfloat16"
