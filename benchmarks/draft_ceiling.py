@@ -20,11 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import RESULTS_DIR, run_header, write_results  # noqa: E402
 from specrag_jax.pipeline.evaluation import is_correct, load_questions  # noqa: E402
 from specrag_jax.pipeline.holdout import add_split_options, split_rows  # noqa: E402
-from specrag_jax.retrieval import docs_from_context  # noqa: E402
-
-
-def _text(doc: dict) -> str:
-    return " ".join(str(doc.get(k, "")) for k in ("title", "text", "contents"))
+from specrag_jax.retrieval import doc_text, docs_from_context  # noqa: E402
 
 
 def ceiling(eval_dir: Path, rows: dict[str, dict]) -> dict:
@@ -37,9 +33,9 @@ def ceiling(eval_dir: Path, rows: dict[str, dict]) -> dict:
         row = rows[p["question_id"]]
         docs = {str(d.get("id")): d for d in docs_from_context(row["context"])}
         truth = row["ground_truth"]
-        in_subset = any(any(is_correct(_text(docs[i]), truth) for i in d["doc_ids"] if i in docs) for d in p["drafts"])
+        in_subset = any(any(is_correct(doc_text(docs[i]), truth) for i in d["doc_ids"] if i in docs) for d in p["drafts"])
         hit = any(is_correct(d["answer"], truth) for d in p["drafts"])
-        out["answer_in_any_passage"] += any(is_correct(_text(d), truth) for d in docs.values())
+        out["answer_in_any_passage"] += any(is_correct(doc_text(d), truth) for d in docs.values())
         out["answer_in_some_subset"] += in_subset
         out["oracle"] += hit
         out["oracle_where_in_subset"] += hit and in_subset

@@ -110,11 +110,10 @@ def write_run_record(args: argparse.Namespace) -> None:
     summary = Path(str(args.data) + ".summary.json")
     record = {"command": "specrag " + " ".join(sys.argv[1:]), "data": str(args.data), "data_id": file_id(args.data),
               "data_summary": json.loads(summary.read_text()) if summary.is_file() else None}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{RUN_RECORD}.tmp"
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(out / RUN_RECORD)
+    from specrag_jax.training.history import write_json_atomic
+
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    write_json_atomic(Path(args.out) / RUN_RECORD, record)
 
 
 def run_train(args: argparse.Namespace) -> int:
