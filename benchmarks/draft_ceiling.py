@@ -33,7 +33,8 @@ def ceiling(eval_dir: Path, rows: dict[str, dict]) -> dict:
         row = rows[p["question_id"]]
         docs = {str(d.get("id")): d for d in docs_from_context(row["context"])}
         truth = row["ground_truth"]
-        in_subset = any(any(is_correct(doc_text(docs[i]), truth) for i in d["doc_ids"] if i in docs) for d in p["drafts"])
+        subsets = [[docs[i] for i in d["doc_ids"] if i in docs] for d in p["drafts"]]
+        in_subset = any(is_correct(doc_text(doc), truth) for subset in subsets for doc in subset)
         hit = any(is_correct(d["answer"], truth) for d in p["drafts"])
         out["answer_in_any_passage"] += any(is_correct(doc_text(d), truth) for d in docs.values())
         out["answer_in_some_subset"] += in_subset
