@@ -26,11 +26,10 @@ bench: install
 	$(BIN)/python benchmarks/generate.py
 	$(BIN)/python benchmarks/kernels.py
 
-# Build the tuned drafter adapter into the cache (specrag_jax/adapters/README.md): teacher data from the dev file's train
+# Rebuild the shipped drafter adapter (specrag_jax/adapters/README.md): teacher data from the dev file's train
 # split (never its held-out questions), LoRA training, bfloat16 export. About an hour on a 2-core CPU.
 DEV_DATA ?= ../shared/data/retrievalqa_dev.jsonl
 ADAPTER_BUILD ?= build/drafter
-ADAPTER_HOME ?= $${SPECRAG_CACHE_DIR:-$$HOME/.cache/specrag_jax}/adapters
 TRAIN_FLAGS ?= --lora-rank 8 --steps 150 --lr 4e-4 --warmup 6 --batch 4 --max-len 512 --eval-every 30
 drafter-adapter: install
 	$(BIN)/specrag make-drafter-data --data $(DEV_DATA) --split train --out $(ADAPTER_BUILD)/train.jsonl
@@ -38,8 +37,7 @@ drafter-adapter: install
 	$(BIN)/specrag train --data $(ADAPTER_BUILD)/train.jsonl --out $(ADAPTER_BUILD)/run $(TRAIN_FLAGS)
 	rm -rf $(ADAPTER_BUILD)/export
 	$(BIN)/specrag export-adapter --run $(ADAPTER_BUILD)/run --out $(ADAPTER_BUILD)/export
-	mkdir -p $(ADAPTER_HOME) && rm -rf $(ADAPTER_HOME)/smollm2-rag-drafter
-	mv $(ADAPTER_BUILD)/export $(ADAPTER_HOME)/smollm2-rag-drafter
+	rm -rf specrag_jax/adapters/smollm2-rag-drafter && mv $(ADAPTER_BUILD)/export specrag_jax/adapters/smollm2-rag-drafter
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -122,20 +122,32 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _add_rag_options(p: argparse.ArgumentParser) -> None:
     from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
+    from specrag_jax.pipeline.specrag import DEFAULT_CONSENSUS, DEFAULT_SELECTION, DEFAULT_TAU_MIN
 
     p.add_argument("--drafter", default=DEFAULT_DRAFTER)
     p.add_argument("--drafter-adapter", default=None, metavar="DIR",
-                   help="a `specrag train --out` folder, a `specrag export-adapter` folder or a known adapter's "
-                        "name: its adapters are merged into the drafter at load")
+                   help="a `specrag train --out` folder, a `specrag export-adapter` folder, a shipped adapter's "
+                        "name, or 'none': merged into the drafter at load (default: the drafter's shipped tuned "
+                        "adapter, smollm2-rag-drafter for smollm2-135m-instruct)")
     p.add_argument("--verifier", default=DEFAULT_VERIFIER)
+    p.add_argument("--max-seq-len", type=int, default=2048,
+                   help="context of both models in tokens (up to the model's own limit; pages follow it)")
     p.add_argument("--n-docs", type=int, default=10, help="documents retrieved (or read from the passages)")
     p.add_argument("--m", type=int, default=5, help="number of drafts")
     p.add_argument("--k", type=int, default=2, help="number of clusters (one document per cluster per draft)")
     p.add_argument("--normalize", default="mean", choices=["sum", "mean"], help="score: raw or per-token mean")
-    p.add_argument("--terms", default="draft,sc,sr", help="score terms (ablations), e.g. draft,sc")
-    p.add_argument("--tau-min", type=float, default=None, help="confidence floor for the fallback")
+    p.add_argument("--terms", default="draft,sc,sr", help="rho's score terms (ablations), e.g. draft,sc")
+    p.add_argument("--selection", default=DEFAULT_SELECTION,
+                   help="how the verifier picks a draft: rho (question + draft only, the paper's), evidence (each "
+                        "draft with its own passages), rho+agg or evidence+agg (agreeing answers pool their scores)")
+    p.add_argument("--tau-min", default=DEFAULT_TAU_MIN,
+                   help="the cascade's confidence floor in [0, 1]: below it the answer comes from --fallback "
+                        "(0 or 'none': always accept the selected draft)")
     p.add_argument("--fallback", default="standard", choices=["standard", "unanswerable"])
-    p.add_argument("--no-consensus", action="store_true", help="always verify, even when all drafts agree")
+    p.add_argument("--consensus", dest="consensus", action="store_true", default=DEFAULT_CONSENSUS,
+                   help="accept unanimous drafts without verification (the consensus fast path; off by default: "
+                        "chosen on the train split)")
+    p.add_argument("--no-consensus", dest="consensus", action="store_false", help="always verify (the default)")
     p.add_argument("--verifier-prompt", default="auto", choices=["auto", "chat", "plain"],
                    help="verifier prompts through its chat template (auto: when it is instruction-tuned)")
     p.add_argument("--seed", type=int, default=0)
@@ -151,15 +163,6 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
     add_mesh_arguments(p)
 
 
-def _adapter(args: argparse.Namespace):
-    """The drafter's weight transform of ``--drafter-adapter`` (None without one)."""
-    if args.drafter_adapter is None:
-        return None
-    from specrag_jax.training.adapter import adapter_transform  # optax / orbax only when an adapter is used
-
-    return adapter_transform(args.drafter, args.drafter_adapter)
-
-
 def _build_rag(args: argparse.Namespace, corpus, config):
     """build_specrag with the drafter/verifier placements from --mesh / --drafter-devices / --verifier-devices."""
     from specrag_jax.parallel.cli import placements_from_args
@@ -169,7 +172,7 @@ def _build_rag(args: argparse.Namespace, corpus, config):
     progress: Progress = args.progress
     with stage(progress, "loading") as detail:
         rag = build_specrag(args.drafter, args.verifier, corpus, config, kv_dir=args.kv_store,
-                            drafter_transform=_adapter(args),
+                            drafter_adapter=args.drafter_adapter, max_seq_len=args.max_seq_len,
                             drafter_placement=placements.drafter,
                             verifier_placement=placements.verifier)
         detail.append(f"drafter {args.drafter} {getattr(rag.drafter, 'load_s', 0.0):.1f} s, verifier "
@@ -178,14 +181,28 @@ def _build_rag(args: argparse.Namespace, corpus, config):
     return rag
 
 
+def _tau(value: str | float | None) -> float | None:
+    """--tau-min: a float in [0, 1] (checked by RAGConfig), or 0 / 'none' for no fallback."""
+    if value is None or str(value).lower() == "none":
+        return None
+    try:
+        tau = float(value)
+    except ValueError:
+        raise SpecRagError(f"--tau-min must be a number in [0, 1] or 'none' (got {value!r})") from None
+    return tau or None
+
+
 def _rag_config(args: argparse.Namespace):
     from specrag_jax.pipeline.selection import ScoreOptions
     from specrag_jax.pipeline.specrag import RAGConfig
     from specrag_jax.rerank.options import rerank_fields
 
     scores = ScoreOptions(normalize=args.normalize, terms=tuple(t for t in args.terms.split(",") if t))
-    cfg = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k, scores=scores, tau_min=args.tau_min,
-                    fallback=args.fallback, consensus=not args.no_consensus, seed=args.seed,
+    if args.max_seq_len < 64:
+        raise SpecRagError(f"--max-seq-len must be >= 64 tokens (got {args.max_seq_len})")
+    cfg = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k, scores=scores, selection=args.selection,
+                    tau_min=_tau(args.tau_min),
+                    fallback=args.fallback, consensus=args.consensus, seed=args.seed,
                     verifier_prompt=args.verifier_prompt, proposer=args.proposer, tree_budget=args.spec_budget,
                     **rerank_fields(args))
     cfg.check()
@@ -229,7 +246,8 @@ def _ask(args: argparse.Namespace) -> int:
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="accuracy and latency of each method on a RetrievalQA-format file")
+    p = sub.add_parser("eval", help="accuracy and latency of each method on a RetrievalQA, Self-RAG or MuSiQue "
+                                    "file")
     p.add_argument("--data", required=True)
     p.add_argument("--methods", default="closed_book,standard,speculative,drafter_only,random_draft")
     p.add_argument("--offset", type=int, default=0,
@@ -240,13 +258,21 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="folder for results.json, predictions.jsonl and a plot")
     p.add_argument("--corpus", default=None, help="retrieve from this corpus (BM25) instead of each question's own "
                    "passages; reports recall_own_passages (benchmarks/pool_corpus.py pools a data file's passages)")
+    from specrag_jax.pipeline.datasets import FORMATS, TASKS
+
+    p.add_argument("--format", default="auto", choices=("auto",) + FORMATS,
+                   help="the data file's format (auto: from the first row's fields)")
+    p.add_argument("--task", default=None, choices=tuple(TASKS),
+                   help="the metric and the paper's --n-docs/--m/--k defaults (default: from the format and fields)")
     _add_rag_options(p)
+    p.set_defaults(n_docs=None, m=None, k=None)  # filled from the task's defaults in _eval
 
 
 def _eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from specrag_jax.pipeline.evaluation import evaluate, load_questions, plot_accuracy_latency
+    from specrag_jax.pipeline.datasets import load_rows, task_defaults
+    from specrag_jax.pipeline.evaluation import evaluate, plot_accuracy_latency
     from specrag_jax.rerank.options import rerank_json
     from specrag_jax.retrieval import load_corpus
 
@@ -255,7 +281,11 @@ def _eval(args: argparse.Namespace) -> int:
     if args.offset < 0:
         raise SpecRagError(f"--offset must be >= 0 (got {args.offset})")
     stop = None if args.limit is None or args.split != "all" else args.offset + args.limit  # read no further
-    rows = split_rows(load_questions(args.data, stop), args.split, args.holdout_fraction)[args.offset:]
+    data = load_rows(args.data, args.format, args.task, stop)
+    for name, value in task_defaults(data.task).items():  # the paper's n_docs, m, k unless given
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    rows = split_rows(data.rows, args.split, args.holdout_fraction)[args.offset:]
     rows = rows if args.limit is None else rows[: args.limit]
     if not rows:
         raise SpecRagError(f"--split {args.split} --offset {args.offset} leaves no questions in {args.data}")
@@ -265,11 +295,13 @@ def _eval(args: argparse.Namespace) -> int:
     rag = _build_rag(args, corpus, config)
     results = evaluate(rag, rows, methods, progress=not (args.json or args.quiet), corpus=corpus)
     predictions = results.pop("predictions")
-    results["config"] = {"data": args.data, "split": args.split, "holdout_fraction": args.holdout_fraction,
+    results["config"] = {"data": args.data, "format": data.format, "task": data.task, "split": args.split,
+                         "holdout_fraction": args.holdout_fraction,
                          "offset": args.offset, "limit": args.limit, "drafter": args.drafter,
-                         "drafter_adapter": args.drafter_adapter,
+                         "drafter_adapter": rag.drafter_adapter, "max_seq_len": args.max_seq_len,
                          "verifier": args.verifier, "n_docs": config.n_docs, "m": config.m, "k": config.k,
                          "normalize": config.scores.normalize, "terms": list(config.scores.terms),
+                         "selection": config.selection,
                          "sr": config.scores.sr, "tau_min": config.tau_min, "fallback": config.fallback,
                          "consensus": config.consensus, "seed": config.seed,
                          "verifier_prompt": config.verifier_prompt,

@@ -100,7 +100,7 @@ def _cli(capsys, *args: str) -> tuple[str, str]:
 
 def test_ask_reports_stages_and_quiet_silences_them(capsys, tiny_cli):
     args = ["ask", "How do I leave a loop early?", "--drafter", "tiny:llama", "--verifier", "tiny:gemma3",
-            "--m", "2", "--n-docs", "4", "--no-consensus", "--json"]
+            "--m", "2", "--n-docs", "4", "--no-consensus", "--selection", "rho", "--tau-min", "none", "--json"]
     out, err = _cli(capsys, *args)
     lines = err.splitlines()
     assert len(lines) == 6, err
@@ -117,6 +117,10 @@ def test_ask_reports_stages_and_quiet_silences_them(capsys, tiny_cli):
     quiet_out, quiet_err = _cli(capsys, *args, "--quiet")
     assert quiet_err == ""
     assert json.loads(quiet_out)["answer"] == obj["answer"]
+    _, err = _cli(capsys, *args[:-5], "--selection", "evidence", "--tau-min", "1.0", "--json")  # the cascade's stages
+    lines = err.splitlines()
+    assert lines[4].startswith("evidence verification: 2 drafts with their passages, ") and "tree tokens" in lines[4]
+    assert "< tau_min 1.0: standard fallback" in lines[5], err
 
 
 def test_generate_reports_stages_and_quiet_silences_them(capsys, tiny_cli):

@@ -1,38 +1,44 @@
-"""Drafter adapters the project knows how to build, by name (``--drafter-adapter NAME``).
+"""Drafter adapters shipped with the package, by name (``--drafter-adapter NAME``), and the default per drafter.
 
-Adapter weights are not kept in the repository: ``make drafter-adapter`` builds ``smollm2-rag-drafter``
-reproducibly (``specrag_jax/adapters/README.md``) into ``<cache>/adapters/<name>`` (``$SPECRAG_CACHE_DIR`` or
-``~/.cache/specrag_jax``), an ``export-adapter`` folder whose ``adapter.json`` records the base model, the training
-command and data. This module only resolves names: it imports nothing heavy, so the CLI checks a name first.
+Each is a folder written by ``specrag export-adapter`` (``adapter.safetensors`` + ``adapter.json``, which records
+the base model, the training command and data); ``specrag_jax/adapters/README.md`` says how each was built and
+``make drafter-adapter`` rebuilds it. The project's own trained adapters are tracked; third-party weights never
+are. This module only resolves names: it imports nothing heavy, so the CLI checks a name before loading models.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specrag_jax.cache_root import cache_root
 from specrag_jax.errors import SpecRagError
 
-# name -> how to build it (the base model is recorded in its adapter.json and checked at load)
-KNOWN_ADAPTERS: dict[str, str] = {"smollm2-rag-drafter": "make drafter-adapter"}
+ADAPTERS_DIR = Path(__file__).parent
+# name -> folder under specrag_jax/adapters (the base model is recorded in its adapter.json and checked at load)
+KNOWN_ADAPTERS: dict[str, str] = {"smollm2-rag-drafter": "smollm2-rag-drafter"}
+# drafter model name -> the adapter applied when --drafter-adapter is not given ("none" turns it off)
+DEFAULT_ADAPTERS: dict[str, str] = {"smollm2-135m-instruct": "smollm2-rag-drafter"}
+NO_ADAPTER = "none"
 
 
-def built_adapters_dir() -> Path:
-    """Where built adapters live: ``<cache root>/adapters``."""
-    return cache_root() / "adapters"
+def default_adapter(drafter: str, requested: str | None) -> str | None:
+    """The adapter a drafter gets: ``requested`` if given (``"none"`` -> None), else the drafter's default."""
+    if requested is None:
+        return DEFAULT_ADAPTERS.get(drafter)
+    return None if requested == NO_ADAPTER else requested
 
 
 def resolve_adapter(name_or_path: str | Path) -> Path:
-    """A known adapter's built folder for its name, else ``name_or_path`` itself if it exists (one-line error)."""
+    """A shipped adapter's folder for its name, else ``name_or_path`` itself if it exists (one-line error if not)."""
     key = str(name_or_path)
     if key in KNOWN_ADAPTERS:
-        built = built_adapters_dir() / key
-        if not built.is_dir():
-            raise SpecRagError(f"adapter {key} is not built on this machine (no {built}); build it with "
-                               f"`{KNOWN_ADAPTERS[key]}` (about an hour on 2 CPU cores)")
-        return built
+        folder = ADAPTERS_DIR / KNOWN_ADAPTERS[key]
+        if not (folder / "adapter.safetensors").is_file():
+            raise SpecRagError(f"shipped adapter {key} is missing its weights ({folder}); reinstall the package or "
+                               f"rebuild it with `make drafter-adapter`")
+        return folder
     path = Path(name_or_path)
     if path.exists():
         return path
     known = ", ".join(sorted(KNOWN_ADAPTERS)) or "none"
-    raise SpecRagError(f"adapter not found: {key} (neither a folder nor a known adapter; known: {known})")
+    raise SpecRagError(f"adapter not found: {key} (neither a folder nor a shipped adapter; shipped: {known}, "
+                       f"or '{NO_ADAPTER}')")

@@ -209,36 +209,8 @@ def check_collectives(spec: str = "model=4") -> dict:
     return out
 
 
-def check_rag(question: str = "How do I leave a loop early in Python?") -> dict:
-    """End to end: SpecRAG (default drafter on 2 devices, default verifier on 6 as data=3,model=2) vs one device.
-
-    Not run by the tests (minutes of CPU); drafts, answer and draft scores should agree."""
-    from specrag_jax.models.text_model import TextModel
-    from specrag_jax.parallel.submesh import drafter_verifier_placements
-    from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER, clustered_subsets, lexical_search
-    from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
-    from specrag_jax.retrieval import Embedder, LexicalIndex, default_corpus
-
-    config = RAGConfig(m=3, k=2, n_docs=6, consensus=False)
-    index = LexicalIndex.build(default_corpus())
-    out = {}
-    for name, pl in (("single", None), ("sharded", drafter_verifier_placements(2, 6, verifier_spec="data=3,model=2"))):
-        t0 = time.perf_counter()
-        d = TextModel.load(DEFAULT_DRAFTER, max_seq_len=1024, max_batch=3, placement=pl and pl.drafter)
-        v = TextModel.load(DEFAULT_VERIFIER, max_seq_len=1024, max_batch=2, placement=pl and pl.verifier)
-        rag = SpecRAG(d, v, subsets=clustered_subsets(Embedder(d)), search=lexical_search(index), config=config)
-        r = rag.answer(question)
-        out[name] = {"answer": r.answer, "drafts": [x.answer for x in r.drafts],
-                     "scores": [float(x.score) for x in r.drafts], "s": round(time.perf_counter() - t0, 1)}
-    out["same_answer"] = out["single"]["answer"] == out["sharded"]["answer"]
-    out["same_drafts"] = out["single"]["drafts"] == out["sharded"]["drafts"]
-    out["max_score_diff"] = max(abs(a - b) for a, b in zip(out["single"]["scores"], out["sharded"]["scores"]))
-    return out
-
-
 CHECKS = {"tiny": check_tiny, "gemma": check_gemma, "pallas": check_pallas, "pallas_model": check_pallas_model,
-          "dense": check_dense, "submeshes": check_submeshes, "collectives": check_collectives,
-          "rag": check_rag}
+          "dense": check_dense, "submeshes": check_submeshes, "collectives": check_collectives}
 
 
 def main(argv=None) -> int:

@@ -30,6 +30,11 @@ class Draft:
     sc_tokens: int = 0
     sr_logprob: float = 0.0  # log P("Yes")
     sr_no_logprob: float = 0.0  # log P("No"), for the Yes-vs-No normalised variant
+    # evidence-aware verification (the verifier reads the draft's own passages; verification.py)
+    ev_sc_logprob: float = 0.0
+    ev_sc_tokens: int = 0
+    ev_sr_logprob: float = 0.0
+    ev_sr_no_logprob: float = 0.0
     score: float = 0.0
 
     def to_dict(self) -> dict:

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.pipeline.datasets import score_answer
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.lossless import summarize_speculation
-from specrag_jax.pipeline.selection import TERMS, ScoreOptions, best, score_drafts
+from specrag_jax.pipeline.selection import (EVIDENCE_TERMS, PLAIN_TERMS, SELECTIONS, ScoreOptions, best,
+                                            score_drafts, select, selection_confidence)
 from specrag_jax.pipeline.specrag import METHODS, SpecRAG
 from specrag_jax.rerank.coarse_to_fine import summarize_rerank
 from specrag_jax.retrieval import docs_from_context
@@ -22,7 +24,7 @@ from specrag_jax.retrieval.pooling import own_passage_recall, own_passages, pass
 from specrag_jax.retrieval.corpus import iter_json_lines
 
 TOKEN_KEYS = ("drafter_prefill_tokens", "drafter_decode_tokens", "verifier_prefix_tokens", "verifier_tree_tokens",
-              "verifier_prefill_tokens", "verifier_decode_tokens")
+              "verifier_prefill_tokens", "verifier_decode_tokens", "evidence_prefix_tokens", "evidence_tree_tokens")
 
 
 def load_questions(path: str | Path, limit: int | None = None) -> list[dict]:
@@ -81,9 +83,14 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
                                           "tokens": {k: 0 for k in TOKEN_KEYS}, "stages": {}, "speculation": [],
                                           "recall": [], "rerank": []} for m in methods}
     predictions = []
-    verified: list[tuple[list[Draft], list[str]]] = []
+    verified: list[tuple[list[Draft], dict]] = []  # the speculative drafts and their question row
+    paths: list[tuple[str | None, bool]] = []
     for row in tqdm(rows, desc="questions", disable=not progress, unit="q"):
         answers = rag.answer_methods(row["question"], _row_docs(row) if keys is None else None, methods)
+        if "speculative" in answers:  # every selection option is scored on the same drafts (outside the latency)
+            spec = answers["speculative"]
+            rag.verify(row["question"], spec.docs, spec.drafts, {}, plain="verification_s" not in spec.trace,
+                       evidence="evidence_verification_s" not in spec.trace)
         for method, result in answers.items():
             a = acc[method]
             recall = None
@@ -94,7 +101,7 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
                     a["recall"].append(recall)
             if "rerank" in result.trace:
                 a["rerank"].append(result.trace["rerank"])
-            ok = is_correct(result.answer, row["ground_truth"])
+            ok = score_answer(row, result.answer)  # is_correct, or the exact label for closed-set tasks
             total, compile_s = float(result.trace["total_s"]), float(result.trace.get("compile_s", 0.0))
             a["correct"].append(ok)
             a["wall"].append(total)
@@ -113,13 +120,16 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
                                 "latency_s": a["latency"][-1], "compile_s": compile_s, "stages_s": stages,
                                 "confidence": result.trace.get("confidence"),
                                 "consensus": bool(result.trace.get("consensus", False)),
-                                "path": result.trace.get("path"), "speculation": result.trace.get("speculation"),
+                                "path": result.trace.get("path"), "chosen_draft": result.trace.get("chosen_draft"),
+                                "speculation": result.trace.get("speculation"),
                                 "verifier_decode_s": result.trace.get("verifier_decode_s"),
                                 "documents": result.trace.get("documents"), "recall_own_passages": recall,
                                 "rerank": result.trace.get("rerank"),
                                 "drafts": [d.to_dict() for d in result.drafts]})
             if method == "speculative":
-                verified.append((result.drafts, row["ground_truth"]))
+                verified.append((result.drafts, row))
+                predictions[-1]["selections"] = selection_picks(result.drafts)
+                paths.append((result.trace.get("path"), ok))
     out: dict[str, Any] = {"methods": {}, "predictions": predictions}
     for method, a in acc.items():
         tokens = a["tokens"]
@@ -142,17 +152,51 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
             out["methods"][method]["rerank"] = summarize_rerank(a["rerank"])
     if verified:
         out["ablations"] = score_ablations(verified)
+        out["selection"] = selection_accuracy(verified)
         out["drafts"] = draft_format(verified)
+        out["methods"]["speculative"]["cascade"] = cascade_summary(paths)
     return out
+
+
+def selection_picks(drafts: Sequence[Draft]) -> dict[str, dict[str, Any]]:
+    """Each selection option's answer and cascade confidence on the same (fully scored) drafts."""
+    out = {}
+    for option in SELECTIONS:
+        own = copy.deepcopy(list(drafts))
+        chosen = select(own, option, ScoreOptions())
+        out[option] = {"answer": chosen.answer, "draft": chosen.index,
+                       "confidence": selection_confidence(chosen, own, option)}
+    return out
+
+
+def selection_accuracy(verified: Sequence[tuple[Sequence[Draft], dict]]) -> dict[str, float]:
+    """Accuracy of every selection option (``selection.SELECTIONS``, default scores) on the same drafts, without
+    the cascade's fallback; ``oracle``: some draft is correct."""
+    out = {option: sum(score_answer(row, select(copy.deepcopy(list(ds)), option, ScoreOptions()).answer)
+                       for ds, row in verified) / len(verified) for option in SELECTIONS}
+    out["oracle"] = oracle(verified)
+    return out
+
+
+def cascade_summary(paths: Sequence[tuple[str | None, bool]]) -> dict[str, Any]:
+    """Which path answered (a verified draft, the consensus fast path, or the fallback) and the accuracy of the
+    accepted (draft) and fallback answers separately: the cascade's calibration."""
+    accepted = [ok for p, ok in paths if p != "fallback"]
+    fallback = [ok for p, ok in paths if p == "fallback"]
+    return {"n": len(paths), "accepted": len(accepted), "fallback": len(fallback),
+            "consensus": sum(p == "consensus" for p, _ in paths),
+            "acceptance_rate": len(accepted) / len(paths) if paths else None,
+            "accepted_accuracy": sum(accepted) / len(accepted) if accepted else None,
+            "fallback_accuracy": sum(fallback) / len(fallback) if fallback else None}
 
 
 SHORT_RESPONSE_WORDS = 10  # a response of at most this many words is a short answer, as the drafter is asked
 
 
-def draft_format(verified: Sequence[tuple[Sequence[Draft], Sequence[str]]]) -> dict[str, float]:
+def draft_format(verified: Sequence[tuple[Sequence[Draft], dict]]) -> dict[str, float]:
     """How the speculative method's drafts look: shares of all drafts that parsed (a rationale and a response),
     have a short response (<= ``SHORT_RESPONSE_WORDS`` words), follow the format (both) and are correct."""
-    drafts = [(d, truth) for ds, truth in verified for d in ds]
+    drafts = [(d, row) for ds, row in verified for d in ds]
     if not drafts:
         return {"n": 0}
     words = [len(d.answer.split()) for d, _ in drafts]
@@ -161,11 +205,12 @@ def draft_format(verified: Sequence[tuple[Sequence[Draft], Sequence[str]]]) -> d
             "parsed": sum(d.parsed for d, _ in drafts) / len(drafts),
             "short_response": sum(short) / len(drafts),
             "follows_format": sum(d.parsed and s for (d, _), s in zip(drafts, short)) / len(drafts),
-            "correct": sum(is_correct(d.answer, t) for d, t in drafts) / len(drafts),
+            "correct": sum(score_answer(row, d.answer) for d, row in drafts) / len(drafts),
             "response_words_mean": statistics.fmean(words)}
 
 
-STAGE_KEYS = ("retrieval_s", "rerank_s", "clustering_s", "drafting_s", "verification_s", "generation_s")
+STAGE_KEYS = ("retrieval_s", "rerank_s", "clustering_s", "drafting_s", "verification_s", "evidence_verification_s",
+              "generation_s")
 
 
 def stage_seconds(trace: dict[str, Any]) -> dict[str, float]:
@@ -174,26 +219,33 @@ def stage_seconds(trace: dict[str, Any]) -> dict[str, float]:
     return {k: float(trace[k]) for k in STAGE_KEYS if k in trace}
 
 
-def score_ablations(verified: Sequence[tuple[Sequence[Draft], Sequence[str]]]) -> dict[str, float]:
+def score_ablations(verified: Sequence[tuple[Sequence[Draft], dict]]) -> dict[str, float]:
     """Accuracy of the speculative selection under every score variant, re-scored from the same drafts.
 
     Keys are ``"<terms joined by +>/<normalize>"`` (sr = yes_vs_no) plus ``"draft+sc+sr/<normalize>/sr=yes"``;
     ``"oracle"`` is the share of questions where at least one draft is correct (the selection's ceiling).
     """
     variants = [ScoreOptions(n, terms) for n in ("mean", "sum")
-                for terms in (("draft",), ("sc",), ("sr",), ("draft", "sc"), ("sc", "sr"), ("draft", "sr"), TERMS)]
-    variants += [ScoreOptions(n, TERMS, "yes") for n in ("mean", "sum")]
+                for terms in (("draft",), ("sc",), ("sr",), ("draft", "sc"), ("sc", "sr"), ("draft", "sr"), PLAIN_TERMS,
+                              ("ev_sc",), ("ev_sr",), EVIDENCE_TERMS, ("draft", "ev_sc", "ev_sr"),
+                              ("draft", "ev_sr"), ("sr", "ev_sr"), ("sc", "sr", "ev_sc", "ev_sr"))]
+    variants += [ScoreOptions(n, PLAIN_TERMS, "yes") for n in ("mean", "sum")]
     out: dict[str, float] = {}
     for opt in variants:
         name = "+".join(opt.terms) + "/" + opt.normalize + ("/sr=yes" if opt.sr == "yes" else "")
         hits = 0
-        for drafts, truth in verified:
+        for drafts, row in verified:
             drafts = copy.deepcopy(list(drafts))
             score_drafts(drafts, opt)
-            hits += is_correct(best(drafts).answer, truth)
+            hits += score_answer(row, best(drafts).answer)
         out[name] = hits / len(verified)
-    out["oracle"] = sum(any(is_correct(d.answer, t) for d in ds) for ds, t in verified) / len(verified)
+    out["oracle"] = oracle(verified)
     return out
+
+
+def oracle(verified: Sequence[tuple[Sequence[Draft], dict]]) -> float:
+    """The share of questions where at least one draft is correct (the selection's ceiling)."""
+    return sum(any(score_answer(row, d.answer) for d in ds) for ds, row in verified) / len(verified)
 
 
 def plot_accuracy_latency(results: dict[str, Any], path: Path) -> Path | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Sequence
 
+from specrag_jax.adapters import default_adapter
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.reranking import Scorer
@@ -12,6 +13,7 @@ from specrag_jax.pipeline.specrag import RAGConfig, SearchFn, SpecRAG, SubsetFn
 from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.rerank.reranker import Reranker
 from specrag_jax.retrieval import Embedder, LexicalIndex, default_corpus, kmeans, load_corpus, sample_subsets
+from specrag_jax.training.adapter import adapter_transform
 
 DEFAULT_DRAFTER = "smollm2-135m-instruct"
 DEFAULT_VERIFIER = "qwen2.5-coder-1.5b-instruct"
@@ -84,6 +86,7 @@ def build_specrag(
     verifier_placement=None,
     kv_dir: str | os.PathLike | None = None,
     drafter_transform: Callable[[ModelConfig, dict], dict] | None = None,
+    drafter_adapter: str | None = None,
 ) -> SpecRAG:
     """Load both models, a BM25 index over ``corpus`` (a path or documents; None: the built-in corpus) and, when
     ``config.rerank`` is not "none", the reranker (on the drafter unless ``config.reranker`` names a model).
@@ -91,11 +94,16 @@ def build_specrag(
     ``*_placement``: optional ``specrag_jax.parallel.Placement`` per model (a device mesh; disjoint meshes let
     drafting and verification run on separate devices). ``kv_dir``: the document K/V store (``--rerank kv``; default
     ``cache_root()/doc_kv``, where ``specrag index`` writes). ``drafter_transform``: applied to the drafter's
-    weights at load (``training.adapter.adapter_transform(name, DIR)`` merges a ``specrag train`` run). A reranker
+    weights at load (``training.adapter.adapter_transform(name, DIR)`` merges a ``specrag train`` run); without one,
+    ``drafter_adapter`` is merged: a train or export folder, a shipped adapter's name, "none", or None for the
+    drafter's default (``adapters.DEFAULT_ADAPTERS``: the tuned ``smollm2-rag-drafter`` for SmolLM2-135M-Instruct;
+    ``SpecRAG.drafter_adapter`` records which). A reranker
     on the drafter or verifier shares its page pool, which gets ``reranker_pages`` more pages for the reranker's
     cached documents."""
     config = config or RAGConfig()
     config.check()
+    adapter = None if drafter_transform is not None else default_adapter(drafter, drafter_adapter)
+    drafter_transform = drafter_transform or adapter_transform(drafter, adapter)  # checks the name before loading
     role = reranker_role(config, drafter, verifier) if config.rerank != "none" else None
     extra = reranker_pages(config)  # a shared model's pool also holds the reranker's pages
     pages = {r: pool_pages(b, max_seq_len, extra) if role == r else None for r, b in (("drafter", max(config.m, 1)),
@@ -116,5 +124,7 @@ def build_specrag(
             config.reranker, max_seq_len=max_seq_len, placement=drafter_placement,
             num_pages=pool_pages(1, max_seq_len, extra))
         scorer = build_reranker(config, model, kv_dir)
-    return SpecRAG(drafter_model, verifier_model, subsets=clustered_subsets(Embedder(drafter_model)),
-                   search=lexical_search(index), config=config, reranker=scorer)
+    rag = SpecRAG(drafter_model, verifier_model, subsets=clustered_subsets(Embedder(drafter_model)),
+                  search=lexical_search(index), config=config, reranker=scorer)
+    rag.drafter_adapter = adapter
+    return rag

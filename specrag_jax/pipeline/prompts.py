@@ -18,6 +18,10 @@ DRAFT_FORMAT_HINT = (
 RATIONALE_TAG = "## Rationale:"
 RESPONSE_TAG = "## Response:"
 REFLECTION_PROMPT = "Do you think the explanation supports the answers? (Yes or No)"
+# evidence-aware verification (verifier reads the draft's own passages): is the response grounded in them?
+EVIDENCE_REFLECTION_PROMPT = ("Is the response a correct answer to the instruction, supported by the evidence? "
+                              "(Yes or No)")
+EVIDENCE_HEADER = "## Evidence:\n"
 
 
 def format_document(index: int, doc: dict) -> str:
@@ -40,6 +44,11 @@ def drafter_evidence(docs: list[dict]) -> str:
 def verifier_prefix(question: str) -> str:
     """Verifier context for rho_SC / rho_SR: the question only (no documents)."""
     return f"{DRAFT_INSTRUCTION}\n## Instruction: {question.strip()}\n"
+
+
+def evidence_block(docs: list[dict]) -> str:
+    """A draft's passages as the evidence-aware verifier reads them (numbered from 1)."""
+    return "".join(format_document(i + 1, d) for i, d in enumerate(docs))
 
 
 def standard_rag_prompt(question: str, docs: list[dict]) -> str:

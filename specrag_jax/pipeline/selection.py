@@ -1,16 +1,32 @@
-"""Combining the scores: rho = rho_draft * rho_SC * rho_SR (sums of logs), options and guardrails."""
+"""Choosing a draft: rho = rho_draft * rho_SC * rho_SR (sums of logs), evidence-aware scores, answer-level
+aggregation, and the confidence the cascade thresholds.
+
+Selection options (``RAGConfig.selection``, ``--selection``):
+- ``rho``: the paper's score, from a verifier that reads only the question and the draft (``--terms``);
+- ``evidence``: the verifier reads each draft's own passages (``verification.py``, evidence-aware) and scores the
+  draft's tokens and "Yes" to "is the response supported by the evidence" (``EVIDENCE_TERMS``);
+- ``+agg`` (``rho+agg``, ``evidence+agg``): drafts whose normalised answers agree pool their probabilities
+  (log-sum-exp of their scores, Self-RAG's rule for closed-set tasks); the best-scoring answer wins and its
+  best-scoring draft is returned.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections import defaultdict
 from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.prompts import normalize_answer
 
-TERMS = ("draft", "sc", "sr")
+TERMS = ("draft", "sc", "sr", "ev_sc", "ev_sr")
+PLAIN_TERMS = ("draft", "sc", "sr")  # the paper's rho (no documents)
+# evidence-aware selection's score: P(Yes | evidence, draft) alone (train split: 32.9%; with ev_sc, the draft's tokens
+# given its passages, 20.0%: benchmarks/results/cascade_choice_train.json)
+EVIDENCE_TERMS = ("ev_sr",)
+SELECTIONS = ("rho", "evidence", "rho+agg", "evidence+agg")
 UNPARSED_PENALTY = -1e4  # a draft that did not follow the format loses to every draft that did
 
 
@@ -21,7 +37,7 @@ class ScoreOptions:
     sr: "yes" = log P(Yes); "yes_vs_no" = log P(Yes) / (P(Yes) + P(No))."""
 
     normalize: str = "mean"
-    terms: tuple[str, ...] = TERMS
+    terms: tuple[str, ...] = PLAIN_TERMS
     sr: str = "yes_vs_no"
 
     def __post_init__(self) -> None:
@@ -29,45 +45,124 @@ class ScoreOptions:
             raise SpecRagError(f"normalize must be 'sum' or 'mean' (got {self.normalize!r})")
         bad = [t for t in self.terms if t not in TERMS]
         if bad or not self.terms:
-            raise SpecRagError(f"score terms must be a non-empty subset of {TERMS} (got {self.terms})")
+            raise SpecRagError(f"score terms must be a non-empty subset of {', '.join(TERMS)} (got "
+                               f"{','.join(self.terms) or 'none'})")
         if self.sr not in ("yes", "yes_vs_no"):
             raise SpecRagError(f"sr must be 'yes' or 'yes_vs_no' (got {self.sr!r})")
+
+
+def check_selection(selection: str) -> str:
+    """``selection`` if it is one of SELECTIONS, else a one-line error."""
+    if selection not in SELECTIONS:
+        raise SpecRagError(f"unknown selection {selection!r}; choose one of {', '.join(SELECTIONS)}")
+    return selection
+
+
+def selection_scores(selection: str, scores: ScoreOptions) -> ScoreOptions:
+    """The score options a selection ranks drafts by (``rho``: ``scores`` as configured; ``evidence``: the
+    evidence terms with the same normalisation)."""
+    if check_selection(selection).startswith("evidence"):
+        return ScoreOptions(scores.normalize, EVIDENCE_TERMS, scores.sr)
+    return scores
+
+
+def needs_verification(options: ScoreOptions) -> tuple[bool, bool]:
+    """(the plain verification tree, the evidence-aware tree): which passes ``options``' terms need."""
+    return any(t in ("sc", "sr") for t in options.terms), any(t.startswith("ev_") for t in options.terms)
 
 
 def _norm(total: float, count: int, normalize: str) -> float:
     return total / max(count, 1) if normalize == "mean" else total
 
 
+def _yes(yes: float, no: float, mode: str) -> float:
+    return yes if mode == "yes" else yes - math.log(math.exp(yes) + math.exp(no))
+
+
 def sr_logprob(d: Draft, mode: str) -> float:
-    if mode == "yes":
-        return d.sr_logprob
-    return d.sr_logprob - math.log(math.exp(d.sr_logprob) + math.exp(d.sr_no_logprob))
+    """log P(Yes) (or Yes vs No) of the plain reflection."""
+    return _yes(d.sr_logprob, d.sr_no_logprob, mode)
+
+
+def ev_sr_logprob(d: Draft, mode: str) -> float:
+    """log P(Yes) (or Yes vs No) of the evidence-aware reflection."""
+    return _yes(d.ev_sr_logprob, d.ev_sr_no_logprob, mode)
 
 
 def score_drafts(drafts: Sequence[Draft], options: ScoreOptions) -> None:
     """Set ``draft.score`` = sum of the chosen log-terms (unparsed drafts get a large penalty)."""
     for d in drafts:
         parts = {
-            "draft": _norm(d.draft_logprob, d.draft_tokens, options.normalize),
-            "sc": _norm(d.sc_logprob, d.sc_tokens, options.normalize),
-            "sr": sr_logprob(d, options.sr),
+            "draft": lambda: _norm(d.draft_logprob, d.draft_tokens, options.normalize),
+            "sc": lambda: _norm(d.sc_logprob, d.sc_tokens, options.normalize),
+            "sr": lambda: sr_logprob(d, options.sr),
+            "ev_sc": lambda: _norm(d.ev_sc_logprob, d.ev_sc_tokens, options.normalize),
+            "ev_sr": lambda: ev_sr_logprob(d, options.sr),
         }
-        d.score = sum(parts[t] for t in options.terms) + (0.0 if d.parsed else UNPARSED_PENALTY)
+        d.score = sum(parts[t]() for t in options.terms) + (0.0 if d.parsed else UNPARSED_PENALTY)
+
+
+def answer_groups(drafts: Sequence[Draft]) -> dict[str, list[Draft]]:
+    """Parsed drafts grouped by normalised answer (unparsed or empty answers are left out)."""
+    groups: dict[str, list[Draft]] = defaultdict(list)
+    for d in drafts:
+        key = normalize_answer(d.answer)
+        if d.parsed and key:
+            groups[key].append(d)
+    return dict(groups)
+
+
+def _logsumexp(values: Sequence[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def best(drafts: Sequence[Draft], key: str = "score") -> Draft:
+    """The draft with the highest ``key`` (ties: the lowest index)."""
+    return max(drafts, key=lambda d: (getattr(d, key) + (0.0 if d.parsed else UNPARSED_PENALTY), -d.index))
+
+
+def best_answer(drafts: Sequence[Draft]) -> Draft:
+    """Answer-level aggregation: the best draft of the answer whose drafts' pooled score (log-sum-exp) is highest
+    (ties: the answer of the lowest-index draft); ``best`` when no draft parsed."""
+    groups = answer_groups(drafts)
+    if not groups:
+        return best(drafts)
+    pooled = {key: _logsumexp([d.score for d in group]) for key, group in groups.items()}
+    key = max(pooled, key=lambda k: (pooled[k], -min(d.index for d in groups[k])))
+    return best(groups[key])
+
+
+def select(drafts: Sequence[Draft], selection: str, scores: ScoreOptions) -> Draft:
+    """Score ``drafts`` for ``selection`` (its verification must have run) and return the chosen draft."""
+    score_drafts(drafts, selection_scores(selection, scores))
+    return best_answer(drafts) if selection.endswith("+agg") else best(drafts)
 
 
 def confidence(d: Draft) -> float:
-    """A probability-like confidence in [0, 1] for the tau_min guardrail: the geometric mean token
-    probability of draft and rationale/answer, times P(Yes | Yes or No)."""
+    """The paper-style confidence in [0, 1] (``rho`` selection): the geometric mean token probability of draft
+    and rationale/answer, times P(Yes | Yes or No)."""
     mean_lp = (_norm(d.draft_logprob, d.draft_tokens, "mean") + _norm(d.sc_logprob, d.sc_tokens, "mean")) / 2
     return math.exp(mean_lp + sr_logprob(d, "yes_vs_no")) if d.parsed else 0.0
+
+
+def support(chosen: Draft, drafts: Sequence[Draft]) -> float:
+    """The cascade's confidence in [0, 1] for evidence-aware selections: the share of all drafts that give the
+    chosen (normalised) answer, each weighted by the verifier's P(Yes | Yes or No) that its evidence supports it."""
+    if not chosen.parsed or not drafts:
+        return 0.0
+    key = normalize_answer(chosen.answer)
+    agreeing = answer_groups(drafts).get(key, [chosen])
+    return sum(math.exp(ev_sr_logprob(d, "yes_vs_no")) for d in agreeing) / len(drafts)
+
+
+def selection_confidence(chosen: Draft, drafts: Sequence[Draft], selection: str) -> float:
+    """The confidence the cascade compares with tau_min: ``support`` for evidence-aware selections, else the
+    paper-style ``confidence``."""
+    return support(chosen, drafts) if selection.startswith("evidence") else confidence(chosen)
 
 
 def consensus(drafts: Sequence[Draft]) -> bool:
     """True when at least two drafts parsed and all parsed drafts give the same (normalised) answer."""
     answers = {normalize_answer(d.answer) for d in drafts if d.parsed}
     return len([d for d in drafts if d.parsed]) >= 2 and len(answers) == 1 and "" not in answers
-
-
-def best(drafts: Sequence[Draft], key: str = "score") -> Draft:
-    """The draft with the highest ``key`` (ties: the lowest index)."""
-    return max(drafts, key=lambda d: (getattr(d, key) + (0.0 if d.parsed else UNPARSED_PENALTY), -d.index))

@@ -26,11 +26,16 @@ from specrag_jax.pipeline.progressive import ProgressivePrefill, check_progressi
 from specrag_jax.pipeline.lossless import check_lossless, lossless_speculation, needs_drafts, speculation_trace
 from specrag_jax.pipeline.prompts import first_line
 from specrag_jax.pipeline.reranking import Scorer, check_rerank, rerank_documents
-from specrag_jax.pipeline.selection import ScoreOptions, best, confidence, consensus, score_drafts
+from specrag_jax.pipeline.selection import (ScoreOptions, best, check_selection, consensus, needs_verification,
+                                            score_drafts, select, selection_confidence, selection_scores)
 from specrag_jax.pipeline.verification import verify_drafts
 from specrag_jax.pipeline.verifier_prompts import answer_prompt, check_prompt_form, use_chat
 from specrag_jax.progress import NO_PROGRESS, Progress
 
+# the cascade's defaults, chosen on the train split (benchmarks/choose_cascade.py, cascade_choice_train.json)
+DEFAULT_SELECTION = "evidence"
+DEFAULT_TAU_MIN: float | None = 0.5
+DEFAULT_CONSENSUS = False  # the all-agree fast path (accepting unanimous drafts unverified) lost accuracy there
 METHODS = ("speculative", "standard", "closed_book", "drafter_only", "random_draft", "lossless")
 SubsetFn = Callable[[str, list[dict], int, int, int], tuple[list[list[int]], dict]]
 SearchFn = Callable[[str, int], list[dict]]
@@ -46,9 +51,10 @@ class RAGConfig:
     max_answer_tokens: int = 32
     max_doc_tokens: int = 160
     scores: ScoreOptions = ScoreOptions()
-    tau_min: float | None = None
+    selection: str = DEFAULT_SELECTION  # "rho" | "evidence" | "rho+agg" | "evidence+agg" (pipeline/selection.py)
+    tau_min: float | None = DEFAULT_TAU_MIN
     fallback: str = "standard"  # or "unanswerable"
-    consensus: bool = True
+    consensus: bool = DEFAULT_CONSENSUS
     seed: int = 0
     verifier_prompt: str = "auto"  # "chat" | "plain" | "auto" (chat for an instruction-tuned verifier)
     proposer: str = "both"  # lossless mode's proposer: "ngram" | "drafts" | "both"
@@ -71,6 +77,7 @@ class RAGConfig:
         if self.fallback not in ("standard", "unanswerable"):
             raise SpecRagError(f"fallback must be 'standard' or 'unanswerable' (got {self.fallback!r})")
         check_prompt_form(self.verifier_prompt)
+        check_selection(self.selection)
         check_lossless(self.proposer, self.tree_budget)
         check_rerank(self.rerank, self.reranker, self.n_coarse, self.rerank_group, self.rerank_patience)
         check_progressive(self.progressive_prefill, self.rerank, self.rerank_patience)
@@ -88,6 +95,7 @@ class RAGAnswer:
     drafts: list[Draft]
     trace: dict[str, Any]
     method: str
+    docs: list[dict] = dataclasses.field(default_factory=list)  # the passages the method read (not in to_dict)
 
     def to_dict(self) -> dict:
         return {"answer": self.answer, "rationale": self.rationale, "citations": self.citations,
@@ -110,6 +118,7 @@ class SpecRAG:
                                f"build_specrag builds one)")
         require_prefix_cache(self.config.progressive_prefill, drafter, verifier)
         self._progressive = ProgressivePrefill(self, "", ())  # replaced per question (pipeline/progressive.py)
+        self.drafter_adapter: str | None = None  # the adapter merged into the drafter (build_specrag sets it)
 
     def answer(self, question: str, docs: Sequence[dict | str] | None = None, method: str = "speculative") -> RAGAnswer:
         """Answer ``question`` from ``docs`` (or the search function's top ``n_docs``) with ``method``."""
@@ -228,7 +237,7 @@ class SpecRAG:
         if speculation is not None:
             trace["speculation"] = speculation_trace(res.speculation)
         trace["total_s"] = time.perf_counter() - t0
-        return RAGAnswer(first_line(res.text), "", [d["id"] for d in docs], [], trace, method)
+        return RAGAnswer(first_line(res.text), "", [d["id"] for d in docs], [], trace, method, docs)
 
     def _draft(self, question: str, docs: list[dict], trace: dict) -> list[Draft]:
         cfg = self.config
@@ -274,14 +283,13 @@ class SpecRAG:
             score_drafts(drafts, ScoreOptions(cfg.scores.normalize, ("draft",), cfg.scores.sr))
             chosen = best(drafts)
         else:
-            self.progress.start("verification")
-            trace.update(verify_drafts(self.verifier, question, drafts, chat=self.verifier_chat))
-            self.progress.end("verification", trace.get("verification_s", 0.0),
-                              f"{len(drafts)} drafts, {trace.get('verifier_tree_tokens', 0)} tree tokens")
-            score_drafts(drafts, cfg.scores)
-            chosen = best(drafts)
-            conf = confidence(chosen)
+            self.verify(question, docs, drafts, trace, *needs_verification(selection_scores(cfg.selection,
+                                                                                            cfg.scores)))
+            chosen = select(drafts, cfg.selection, cfg.scores)
+            conf = selection_confidence(chosen, drafts, cfg.selection)
             trace["confidence"] = conf
+            trace["selection"] = cfg.selection
+            trace["chosen_draft"] = chosen.index  # also on the fallback path: the draft that was not accepted
             if cfg.tau_min is not None and conf < cfg.tau_min:
                 trace["fallback"] = cfg.fallback
                 self.progress.note(f"confidence {conf:.2f} < tau_min {cfg.tau_min}: {cfg.fallback} fallback")
@@ -292,8 +300,26 @@ class SpecRAG:
                     fb.drafts = drafts
                     return fb
                 trace["total_s"] = time.perf_counter() - t0
-                return RAGAnswer("unanswerable", "", [], drafts, trace, method)
+                return RAGAnswer("unanswerable", "", [], drafts, trace, method, docs)
         trace["chosen_draft"] = chosen.index
         trace.setdefault("path", "verified_draft" if method == "speculative" else method)
         trace["total_s"] = time.perf_counter() - t0
-        return RAGAnswer(chosen.answer, chosen.rationale, chosen.doc_ids, drafts, trace, method)
+        return RAGAnswer(chosen.answer, chosen.rationale, chosen.doc_ids, drafts, trace, method, docs)
+
+    def verify(self, question: str, docs: list[dict], drafts: list[Draft], trace: dict, plain: bool = True,
+               evidence: bool = False) -> None:
+        """Run the verification passes asked for on ``drafts`` (``plain``: question + draft, rho's terms;
+        ``evidence``: each draft's own passages from ``docs`` + draft); their stage times go into ``trace``."""
+        if plain:
+            self.progress.start("verification")
+            trace.update(verify_drafts(self.verifier, question, drafts, chat=self.verifier_chat))
+            self.progress.end("verification", trace.get("verification_s", 0.0),
+                              f"{len(drafts)} drafts, {trace.get('verifier_tree_tokens', 0)} tree tokens")
+        if evidence:
+            by_id = {str(d["id"]): d for d in docs}
+            passages = [[by_id[str(i)] for i in d.doc_ids if str(i) in by_id] for d in drafts]
+            self.progress.start("evidence verification")
+            trace.update(verify_drafts(self.verifier, question, drafts, chat=self.verifier_chat, evidence=passages))
+            self.progress.end("evidence verification", trace.get("evidence_verification_s", 0.0),
+                              f"{len(drafts)} drafts with their passages, {trace.get('evidence_tree_tokens', 0)} "
+                              f"tree tokens")

@@ -1,10 +1,15 @@
-"""Single-pass verification: every draft's rho_SC and rho_SR from ONE verifier forward pass.
+"""Single-pass verification: every draft's scores from ONE verifier forward pass over a packed tree.
 
 The verifier prefix (instruction + question) is written once into KV pages. All m branches
 ``[## Rationale: r_j, ## Response: a_j, reflection prompt, "Yes"]`` (plain text, or chat turns for an
 instruction-tuned verifier: see verifier_prompts) are packed into one tree chunk: each
 token sees the prefix and the earlier tokens of its own branch; positions restart at the prefix length.
 The branch K/V is not stored (the chunk is scored and dropped); the prefix pages are released afterwards.
+
+Evidence-aware verification (``evidence=``) is the same single pass with each branch starting with the draft's
+own passages (``[passages_j, rationale_j, answer_j, evidence reflection prompt, "Yes"]``): the verifier reads the
+evidence the draft was written from and scores whether it supports the answer (``ev_sc``: the draft's tokens given
+its passages; ``ev_sr``: "Yes" to the evidence reflection prompt). The tree then holds m*k passages, not all n.
 """
 
 from __future__ import annotations
@@ -17,14 +22,15 @@ import numpy as np
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.drafting import Draft
-from specrag_jax.pipeline.prompts import RATIONALE_TAG, RESPONSE_TAG
-from specrag_jax.pipeline.verifier_prompts import scoring_prompt
+from specrag_jax.pipeline.prompts import RATIONALE_TAG, RESPONSE_TAG, evidence_block
+from specrag_jax.pipeline.verifier_prompts import evidence_scoring_prompt, scoring_prompt
 
 
-def _branch(tok, draft: Draft, fixed: dict[str, list[int]]) -> tuple[list[int], list[int], int]:
-    """Branch ids, indices of the rho_SC tokens, and the index of the "Yes" token (``fixed``: the ids of the
-    pieces every branch shares, encoded once)."""
+def _branch(tok, draft: Draft, fixed: dict[str, list[int]], head: list[int] = ()) -> tuple[list[int], list[int], int]:
+    """Branch ids, indices of the scored (rationale and answer) tokens, and the index of the "Yes" token
+    (``fixed``: the ids of the pieces every branch shares, encoded once; ``head``: the branch's own passages)."""
     pieces = [
+        (list(head), False),
         (fixed["rationale"], False),
         (tok.encode(" " + draft.rationale, add_bos=False), True),
         (fixed["response"], False),
@@ -42,22 +48,30 @@ def _branch(tok, draft: Draft, fixed: dict[str, list[int]]) -> tuple[list[int], 
     return ids, scored, yes_index
 
 
-def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft], chat: bool = False) -> dict:
-    """Fill ``sc_logprob``/``sc_tokens``/``sr_logprob``/``sr_no_logprob`` of every draft in one packed pass.
+def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft], chat: bool = False,
+                  evidence: Sequence[Sequence[dict]] | None = None) -> dict:
+    """Score every draft in one packed pass: ``sc_logprob``/``sc_tokens``/``sr_logprob``/``sr_no_logprob``, or
+    with ``evidence`` (each draft's passages) ``ev_sc_logprob``/``ev_sc_tokens``/``ev_sr_logprob``/
+    ``ev_sr_no_logprob``. Returns the stage's trace entries.
 
     ``chat``: the question, each draft and the reflection prompt as chat turns (see verifier_prompts)."""
     t0 = time.perf_counter()
+    if evidence is not None and len(evidence) != len(drafts):
+        raise SpecRagError(f"evidence-aware verification needs one passage list per draft ({len(evidence)} for "
+                           f"{len(drafts)} drafts)")
     tok, runner = verifier.tokenizer, verifier.runner
-    form = scoring_prompt(tok, question, chat)
+    form = (scoring_prompt if evidence is None else evidence_scoring_prompt)(tok, question, chat)
     prefix = tok.encode_rendered(form.prefix)
     no_id = tok.encode(form.no, add_bos=False)[0]
     fixed = {name: tok.encode(text, add_bos=False) for name, text in
              (("rationale", RATIONALE_TAG), ("response", "\n" + RESPONSE_TAG), ("after", form.after), ("yes", form.yes))}
+    heads = [[]] * len(drafts) if evidence is None else [
+        tok.encode(evidence_block(list(docs)) + form.before_draft, add_bos=False) for docs in evidence]
     tokens, parents, positions, rows, targets = [], [], [], [], []
     spans = []
     longest = 0
-    for d in drafts:
-        ids, scored, yes_index = _branch(tok, d, fixed)
+    for d, head in zip(drafts, heads):
+        ids, scored, yes_index = _branch(tok, d, fixed, head)
         longest = max(longest, len(ids))
         start = len(tokens)
         for i, t in enumerate(ids):
@@ -70,12 +84,17 @@ def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft], c
         targets.extend([ids[i] for i in scored] + [ids[yes_index], no_id])
     if len(prefix) + longest > runner.max_seq_len:
         raise SpecRagError(f"verification needs positions up to {len(prefix) + longest}; the verifier context "
-                           f"is {runner.max_seq_len} tokens")
+                           f"is {runner.max_seq_len} tokens (raise --max-seq-len)")
     logprobs = verifier.generator.score_tree(prefix, tokens, parents, positions, rows, targets)
+    field = "sc" if evidence is None else "ev_sc"
+    reflection = "sr" if evidence is None else "ev_sr"
     for d, (start, n) in zip(drafts, spans):
-        d.sc_logprob = float(np.sum(logprobs[start: start + n]))
-        d.sc_tokens = n
-        d.sr_logprob = float(logprobs[start + n])
-        d.sr_no_logprob = float(logprobs[start + n + 1])
-    return {"verification_s": time.perf_counter() - t0, "verifier_prefix_tokens": len(prefix),
-            "verifier_tree_tokens": len(tokens)}
+        setattr(d, f"{field}_logprob", float(np.sum(logprobs[start: start + n])))
+        setattr(d, f"{field}_tokens", n)
+        setattr(d, f"{reflection}_logprob", float(logprobs[start + n]))
+        setattr(d, f"{reflection}_no_logprob", float(logprobs[start + n + 1]))
+    if evidence is None:
+        return {"verification_s": time.perf_counter() - t0, "verifier_prefix_tokens": len(prefix),
+                "verifier_tree_tokens": len(tokens)}
+    return {"evidence_verification_s": time.perf_counter() - t0, "evidence_prefix_tokens": len(prefix),
+            "evidence_tree_tokens": len(tokens)}

@@ -15,10 +15,12 @@ import dataclasses
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.tokenizer import Tokenizer
-from specrag_jax.pipeline.prompts import REFLECTION_PROMPT, closed_book_prompt, standard_rag_prompt, verifier_prefix
+from specrag_jax.pipeline.prompts import (EVIDENCE_HEADER, EVIDENCE_REFLECTION_PROMPT, REFLECTION_PROMPT,
+                                          closed_book_prompt, standard_rag_prompt, verifier_prefix)
 
 PROMPT_FORMS = ("auto", "chat", "plain")
 _SENTINEL = "\u2063SPECRAG_DRAFT\u2063"  # invisible separator: survives templates that trim or escape
+_EVIDENCE = "\u2063SPECRAG_EVIDENCE\u2063"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,7 @@ class ScoringPrompt:
     after: str
     yes: str
     no: str
+    before_draft: str = ""  # evidence-aware form: text between a branch's passages and its draft
 
 
 def check_prompt_form(form: str) -> str:
@@ -73,3 +76,22 @@ def scoring_prompt(tok: Tokenizer, question: str, chat: bool) -> ScoringPrompt:
                            "use verifier_prompt='plain'")
     prefix, after = text.split(_SENTINEL)
     return ScoringPrompt(prefix, after, "Yes", "No")
+
+
+def evidence_scoring_prompt(tok: Tokenizer, question: str, chat: bool) -> ScoringPrompt:
+    """Evidence-aware verification: the shared prefix ends at the evidence header; each branch is
+    ``passages`` + ``before_draft`` + the draft + ``after`` (the evidence reflection prompt) + ``yes``."""
+    head = verifier_prefix(question) + EVIDENCE_HEADER
+    if not chat:
+        return ScoringPrompt(head, "\n" + EVIDENCE_REFLECTION_PROMPT + "\nAnswer:", " Yes", " No", before_draft="")
+    text = _chat(tok, [
+        {"role": "user", "content": head + _EVIDENCE},
+        {"role": "assistant", "content": _SENTINEL},
+        {"role": "user", "content": EVIDENCE_REFLECTION_PROMPT},
+    ])
+    if text.count(_SENTINEL) != 1 or text.count(_EVIDENCE) != 1 or text.index(_EVIDENCE) > text.index(_SENTINEL):
+        raise SpecRagError("the verifier's chat template does not render the evidence and the draft verbatim; "
+                           "use verifier_prompt='plain'")
+    prefix, rest = text.split(_EVIDENCE)
+    before, after = rest.split(_SENTINEL)
+    return ScoringPrompt(prefix, after, "Yes", "No", before_draft=before)

@@ -1,8 +1,9 @@
-"""The HTTP app (FastAPI): OpenAI-compatible completions, /v1/rag, /health and /metrics.
+"""The HTTP app (FastAPI): OpenAI-compatible models and completions, /v1/rag, /health and /metrics.
 
-Errors are JSON ``{"error": {"message", "type"}}``: 400 malformed JSON / unknown fields / invalid
-parameters, 401 missing or wrong API key (when one is set), 413 oversized body, 429 + Retry-After when
-too busy, 504 past the per-request timeout. A client that disconnects mid-stream cancels its request.
+Errors are JSON ``{"error": {"message", "type"}}``: 400 malformed JSON / unknown fields / invalid or
+unsupported parameters, 401 missing or wrong API key (when one is set), 404 unknown model id on
+/v1/models/{id}, 413 oversized body, 429 + Retry-After when too busy, 504 past the per-request timeout.
+A client that disconnects mid-stream cancels its request.
 """
 
 from __future__ import annotations
@@ -149,6 +150,14 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
     @app.get("/metrics")
     async def prometheus():
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models", dependencies=[Depends(auth)])
+    async def models():
+        return openai.models()
+
+    @app.get("/v1/models/{model_id:path}", dependencies=[Depends(auth)])
+    async def model(model_id: str):
+        return openai.model(model_id)
 
     @app.post("/v1/completions", dependencies=guarded)
     async def completions(body: CompletionRequest, request: Request):

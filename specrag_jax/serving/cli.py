@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 
+from specrag_jax.adapters import default_adapter
 from specrag_jax.errors import SpecRagError
 
 
@@ -19,8 +20,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="model name, path, or tiny:llama / tiny:gemma3")
     p.add_argument("--drafter-adapter", default=None, metavar="DIR",
-                   help="a `specrag train --out` or `specrag export-adapter` folder, or a known adapter's name: "
-                        "its adapters are merged into the drafter at load")
+                   help="a `specrag train --out` or `specrag export-adapter` folder, a shipped adapter's name, or "
+                        "'none': merged into the drafter at load (default: the drafter's shipped tuned adapter)")
     p.add_argument("--verifier", default=DEFAULT_VERIFIER)
     p.add_argument("--corpus", default=None, help="corpus searched when /v1/rag gets no documents")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -103,7 +104,8 @@ def build_service(args: argparse.Namespace):
     from specrag_jax.parallel.cli import placements_from_args
 
     placements = placements_from_args(args)  # --mesh / --drafter-devices / --verifier-devices
-    drafter = _load(args.drafter, args, seed=1, placement=placements.drafter, adapter=args.drafter_adapter)
+    adapter = default_adapter(args.drafter, args.drafter_adapter)  # the drafter's shipped adapter unless 'none'
+    drafter = _load(args.drafter, args, seed=1, placement=placements.drafter, adapter=adapter)
     verifier = drafter if args.verifier == args.drafter else _load(args.verifier, args, seed=2,
                                                                      placement=placements.verifier)
     docs = default_corpus() if args.corpus is None else load_corpus(args.corpus)
@@ -132,7 +134,8 @@ def _reranker_factory(args: argparse.Namespace, rag, placement):
             if not loaded:
                 loaded.append(_load(name, args, seed={args.verifier: 2, args.drafter: 1}.get(name, 3),
                                     placement=placement,
-                                    adapter=args.drafter_adapter if name == args.drafter else None))
+                                    adapter=default_adapter(args.drafter, args.drafter_adapter)
+                                    if name == args.drafter else None))
             return loaded[0]
 
     if name not in (args.drafter, args.verifier):

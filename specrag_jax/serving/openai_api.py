@@ -1,4 +1,4 @@
-"""OpenAI-compatible /v1/completions and /v1/chat/completions (JSON or server-sent events)."""
+"""OpenAI-compatible /v1/models, /v1/completions and /v1/chat/completions (JSON or server-sent events)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import time
 import uuid
 from typing import AsyncIterator, Sequence
 
+from fastapi import HTTPException
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from specrag_jax.errors import SpecRagError
 from specrag_jax.models.generation import GenerationResult
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.speculative import combine_stats
@@ -99,37 +101,60 @@ async def until_done_or_gone(request, future: asyncio.Future, cancel) -> object:
             return await future
 
 
+def _usage(results: Sequence[GenerationResult]) -> dict:
+    """OpenAI's ``usage``, plus ``speculation`` (decode steps and tokens per step) when it speculated."""
+    prompt = sum(r.num_prompt_tokens for r in results)
+    completion = sum(len(r.token_ids) for r in results)
+    usage: dict = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if any(r.speculation is not None for r in results):  # extension
+        usage["speculation"] = combine_stats([r.speculation for r in results if r.speculation is not None])
+    return usage
+
+
 class OpenAIHandlers:
     def __init__(self, service: Service) -> None:
         self.service = service
+        self.created = int(time.time())
+
+    def models(self) -> dict:
+        """``GET /v1/models``: every name the ``model`` field takes (``Service.model``): ``default``, the roles
+        and the served models' names."""
+        names = ["default", *self.service.models, *(m.name for m in self.service.models.values())]
+        return {"object": "list", "data": [{"id": n, "object": "model", "created": self.created,
+                                            "owned_by": "specrag-jax"} for n in dict.fromkeys(names)]}
+
+    def model(self, model_id: str) -> dict:
+        """``GET /v1/models/{id}``; 404 for a name the server does not serve."""
+        for card in self.models()["data"]:
+            if card["id"] == model_id:
+                return card
+        raise HTTPException(404, f"model {model_id!r} not found; GET /v1/models lists the served ones")
 
     async def completions(self, body: CompletionRequest | ChatCompletionRequest, http, chat: bool = False):
         role, model = self.service.model(body.model)
         if chat:
-            prompts = [chat_prompt(model, [m.model_dump() for m in body.messages])]  # type: ignore[attr-defined]
+            prompts = [chat_prompt(model, [m.turn() for m in body.messages])]  # type: ignore[attr-defined]
         else:
             texts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
             if not 1 <= len(texts) <= 16 or not all(texts):
-                from specrag_jax.errors import SpecRagError
                 raise SpecRagError("prompt must be a non-empty string or a list of 1 to 16 non-empty strings")
             prompts = [model.encode_prompt(t) for t in texts]
-        sampling, stops = _sampling(body), body.stops()
+        sampling, stops, limit = _sampling(body), body.stops(), body.token_limit()
         engine = self.service.engines[role]
         timeout = self.service.config.request_timeout
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         created = int(time.time())
         if body.stream:
             if len(prompts) != 1:
-                from specrag_jax.errors import SpecRagError
                 raise SpecRagError("stream supports one prompt")
             loop = asyncio.get_running_loop()
             queue: asyncio.Queue = asyncio.Queue()
-            req = engine.submit_generate([], prompts, sampling, body.max_tokens, _stop_fn(model, stops),
+            req = engine.submit_generate([], prompts, sampling, limit, _stop_fn(model, stops),
                                          on_token=lambda _b, t: loop.call_soon_threadsafe(queue.put_nowait, t),
                                          timeout=timeout, speculation=self.service.speculation())
-            return StreamingResponse(self._stream(req, queue, model, stops, rid, created, role, chat),
-                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        req = engine.submit_generate([], prompts, sampling, body.max_tokens, _stop_fn(model, stops), timeout=timeout,
+            stream = self._stream(req, queue, model, stops, rid, created, chat, body.include_usage())
+            return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        req = engine.submit_generate([], prompts, sampling, limit, _stop_fn(model, stops), timeout=timeout,
                                      speculation=self.service.speculation())
         fut = asyncio.wrap_future(req.future)
         try:
@@ -140,24 +165,24 @@ class OpenAIHandlers:
             if not req.future.done():
                 req.cancel()
             abandon(fut)
-        choices, usage = [], {"prompt_tokens": 0, "completion_tokens": 0}
+        choices = []
         for i, r in enumerate(results):
             text, stopped = _cut(model.tokenizer.decode(r.token_ids), stops)
             choice = {"index": i, "finish_reason": _finish(r, stopped), "logprobs": None}
             choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
             choices.append(choice)
-            usage["prompt_tokens"] += r.num_prompt_tokens
-            usage["completion_tokens"] += len(r.token_ids)
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        if any(r.speculation is not None for r in results):  # extension: decode steps and tokens per step
-            usage["speculation"] = combine_stats([r.speculation for r in results if r.speculation is not None])
         return JSONResponse({"id": rid, "object": "chat.completion" if chat else "text_completion",
-                             "created": created, "model": model.name, "choices": choices, "usage": usage})
+                             "created": created, "model": model.name, "choices": choices, "usage": _usage(results)})
 
     async def _stream(self, req, queue: asyncio.Queue, model: TextModel, stops: list[str], rid: str, created: int,
-                      role: str, chat: bool) -> AsyncIterator[bytes]:
+                      chat: bool, include_usage: bool) -> AsyncIterator[bytes]:
+        """Server-sent chunks; with ``include_usage`` every chunk has ``usage: null`` and a last chunk with no
+        choices carries the usage (OpenAI's ``stream_options``)."""
         obj = "chat.completion.chunk" if chat else "text_completion"
         hold = max((len(s) for s in stops), default=1) - 1  # text that may still turn into a stop string
+        head = {"id": rid, "object": obj, "created": created, "model": model.name}
+        if include_usage:
+            head["usage"] = None
 
         def chunk(delta: str | None, finish: str | None = None) -> bytes:
             if chat:
@@ -165,15 +190,14 @@ class OpenAIHandlers:
                 c = {"index": 0, "delta": d, "finish_reason": finish}
             else:
                 c = {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
-            return sse({"id": rid, "object": obj, "created": created, "model": model.name, "choices": [c]})
+            return sse({**head, "choices": [c]})
 
         detok = IncrementalDetokenizer(model.tokenizer.decode)
         sent = ""
         fut = asyncio.wrap_future(req.future)
         try:
             if chat:
-                yield sse({"id": rid, "object": obj, "created": created, "model": model.name,
-                           "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
+                yield sse({**head, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]})
             async for token in queued_until_done(queue, fut):
                 detok.push(token)
                 text, stopped = _cut(detok.text, stops)
@@ -190,6 +214,8 @@ class OpenAIHandlers:
             if len(text) > len(sent):
                 yield chunk(text[len(sent):])
             yield chunk(None, _finish(result, stopped))
+            if include_usage:
+                yield sse({**head, "choices": [], "usage": _usage([result])})
             yield sse("[DONE]")
         finally:
             if not req.future.done():

@@ -30,7 +30,7 @@ from specrag_jax.serving.policy import SchedulerConfig
 
 SPECULATIVE = ("none", "ngram")  # proposers of /v1/completions and /v1/chat/completions (no drafts)
 RAG_OPTIONS = ("m", "k", "rerank", "reranker", "n_coarse", "rerank_group", "rerank_patience",
-               "progressive_prefill")  # per request
+               "progressive_prefill", "selection", "tau_min")  # per request
 RerankerFactory = Callable[[str], Scorer]  # a rerank mode ("kv" | "recompute") -> a reranker
 
 

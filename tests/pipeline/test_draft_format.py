@@ -15,8 +15,8 @@ def _draft(answer: str, parsed: bool = True) -> Draft:
 
 def test_shares_over_all_drafts():
     long = " ".join(["word"] * (SHORT_RESPONSE_WORDS + 1))
-    verified = [([_draft("Paris"), _draft(long + " Paris")], ["Paris"]),
-                ([_draft("Rome", parsed=False), _draft("Lyon")], ["Berlin"])]
+    verified = [([_draft("Paris"), _draft(long + " Paris")], {"ground_truth": ["Paris"]}),
+                ([_draft("Rome", parsed=False), _draft("Lyon")], {"ground_truth": ["Berlin"]})]
     out = draft_format(verified)
     assert out["n"] == 4
     assert out["parsed"] == pytest.approx(0.75)
@@ -27,4 +27,11 @@ def test_shares_over_all_drafts():
 
 
 def test_no_drafts():
-    assert draft_format([([], ["x"])]) == {"n": 0}
+    assert draft_format([([], {"ground_truth": ["x"]})]) == {"n": 0}
+
+
+def test_closed_set_drafts_are_scored_by_their_task():
+    row = {"ground_truth": ["B"], "task": "arc_c", "choices": [{"label": "A", "text": "cat"},
+                                                                {"label": "B", "text": "dog"}]}
+    out = draft_format([([_draft("B"), _draft("A cat with a dog")], row)])  # substring match would count both
+    assert out["correct"] == pytest.approx(0.5)

@@ -39,7 +39,12 @@ def test_eval_json_contract(capsys, tmp_path):
     assert all(0.0 <= v <= ablations["oracle"] for k, v in ablations.items())
     assert res["drafts"]["n"] >= 2 and 0.0 <= res["drafts"]["follows_format"] <= res["drafts"]["parsed"] <= 1.0
     assert res["config"]["split"] == "all"
-    assert res["config"]["m"] == 2 and res["config"]["offset"] == 0 and res["config"]["drafter_adapter"] is None
+    assert res["config"]["m"] == 2 and res["config"]["offset"] == 0
+    assert res["config"]["drafter_adapter"] == "smollm2-rag-drafter"  # the drafter's shipped default
+    assert res["config"]["selection"] in ("rho", "evidence", "rho+agg", "evidence+agg")
+    assert set(res["selection"]) == {"rho", "evidence", "rho+agg", "evidence+agg", "oracle"}
+    cascade = res["methods"]["speculative"]["cascade"]
+    assert cascade["n"] == 2 and cascade["accepted"] + cascade["fallback"] == 2
     assert json.loads((tmp_path / "results.json").read_text())["methods"].keys() == res["methods"].keys()
     assert (tmp_path / "accuracy_vs_latency.png").stat().st_size > 0
     predictions = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
@@ -56,6 +61,11 @@ def test_eval_json_contract(capsys, tmp_path):
     (["--data", str(DATA), "--split", "train", "--holdout-fraction", "2"], "holdout-fraction must be in"),
     (["--data", str(DATA), "--m", "0"], "m (number of drafts) must be >= 1"),
     (["--data", str(DATA), "--terms", "draft,nope"], "score terms"),
+    (["--data", str(DATA), "--selection", "vote"], "unknown selection 'vote'; choose one of rho, evidence"),
+    (["--data", str(DATA), "--tau-min", "1.5"], "tau_min must be in [0, 1] (got 1.5)"),
+    (["--data", str(DATA), "--tau-min", "high"], "--tau-min must be a number in [0, 1] or 'none'"),
+    (["--data", str(DATA), "--max-seq-len", "8"], "--max-seq-len must be >= 64"),
+    (["--data", str(DATA), "--drafter-adapter", "/nonexistent/adapter"], "adapter not found: /nonexistent/adapter"),
 ])
 def test_eval_bad_input(capsys, args, message):
     assert main(["eval"] + args) == 2

@@ -62,6 +62,12 @@ def test_rag_contract_with_documents_corpus_and_stream(client):
     assert len(body["drafts"]) == 2 and all("score" in d for d in body["drafts"])
     assert set(body["citations"]) <= {d["id"] for d in DOCS}
     assert "drafting_s" in body["trace"]
+    r = client.post("/v1/rag", json={"question": "What is the capital of France?", "documents": DOCS, "m": 2,
+                                     "selection": "evidence+agg", "tau_min": 1.0})
+    assert r.status_code == 200, r.text
+    trace = r.json()["trace"]
+    assert trace["selection"] == "evidence+agg" and "evidence_verification_s" in trace or trace.get("consensus")
+    assert trace.get("path") in ("fallback", "consensus")  # no draft clears tau_min 1.0
     r = client.post("/v1/rag", json={"question": "capital of Italy", "method": "standard",
                                      "documents": ["Rome is the capital of Italy.", "Oslo is in Norway."]})
     assert r.status_code == 200 and r.json()["citations"] == ["0", "1"]
@@ -100,7 +106,9 @@ def test_bad_requests(client, payload, status, message):
 
 def test_rag_bad_requests(client):
     for body, message in [({"question": ""}, "question"), ({"question": "q", "method": "oracle"}, "method"),
-                          ({"question": "q", "m": 0}, "m"), ({"question": "q", "documents": [{"text": "x"}]}, "id")]:
+                          ({"question": "q", "m": 0}, "m"), ({"question": "q", "documents": [{"text": "x"}]}, "id"),
+                          ({"question": "q", "selection": "vote"}, "selection"),
+                          ({"question": "q", "tau_min": 1.5}, "tau_min")]:
         r = client.post("/v1/rag", json=body)
         assert r.status_code == 400 and message in r.json()["error"]["message"], r.text
     pages_home(client.service)

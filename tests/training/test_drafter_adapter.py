@@ -44,3 +44,11 @@ def test_trained_adapter_is_merged_into_the_real_drafter_and_refused_for_another
     assert plain.logprobs != adapted.logprobs  # the adapters changed the drafter
     with pytest.raises(SpecRagError, match="smollm2-135m-instruct"):
         TextModel.load("gemma3-270m", max_batch=1, transform_params=adapter_transform("gemma3-270m", out))
+
+
+@pytest.mark.slow
+def test_a_foreign_shipped_adapter_is_one_line_naming_both_models(capsys):
+    code = main(["ask", "Who?", "--drafter", "gemma3-270m", "--verifier", "gemma3-270m",
+                 "--drafter-adapter", "smollm2-rag-drafter", "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "smollm2-135m-instruct" in err[0] and "gemma3-270m" in err[0], err

@@ -102,15 +102,16 @@ def test_the_base_fingerprint_follows_the_weights_not_unused_config_fields(tiny)
     assert base_fingerprint(cfg, jax.tree_util.tree_map(lambda x: x * 1.5, params)) != fp
 
 
-def test_a_known_adapter_resolves_to_its_built_folder_or_says_how_to_build_it(tiny, run, tmp_path, monkeypatch):
-    from specrag_jax.adapters import KNOWN_ADAPTERS, built_adapters_dir
+def test_the_shipped_adapter_resolves_by_name_and_is_the_default_drafters():
+    from specrag_jax.adapters import DEFAULT_ADAPTERS, KNOWN_ADAPTERS, default_adapter
+    from specrag_jax.training.adapter import adapter_info
 
-    cfg, params = tiny
-    monkeypatch.setenv("SPECRAG_CACHE_DIR", str(tmp_path))
-    with pytest.raises(SpecRagError, match="smollm2-rag-drafter is not built.*make drafter-adapter"):
-        resolve_adapter("smollm2-rag-drafter")
-    assert "smollm2-rag-drafter" in KNOWN_ADAPTERS
-    export_adapter(run, built_adapters_dir() / "smollm2-rag-drafter")  # what `make drafter-adapter` does
-    assert resolve_adapter("smollm2-rag-drafter") == tmp_path / "adapters" / "smollm2-rag-drafter"
-    merged, meta = load_adapter("smollm2-rag-drafter", "tiny", cfg, params)
-    assert meta["dtype"] == "bfloat16"
+    folder = resolve_adapter("smollm2-rag-drafter")
+    assert (folder / "adapter.safetensors").stat().st_size < 12e6  # tracked in the repository, package data
+    info = adapter_info("smollm2-rag-drafter")
+    assert info["base_model"] == "smollm2-135m-instruct" and info["mode"] == "lora" and info["dtype"] == "bfloat16"
+    assert set(DEFAULT_ADAPTERS.values()) <= set(KNOWN_ADAPTERS)
+    assert default_adapter("smollm2-135m-instruct", None) == "smollm2-rag-drafter"
+    assert default_adapter("smollm2-135m-instruct", "none") is None
+    assert default_adapter("gemma3-270m", None) is None
+    assert default_adapter("gemma3-270m", "/some/run") == "/some/run"

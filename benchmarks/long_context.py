@@ -1,0 +1,114 @@
+"""Where speculative RAG pays: accuracy and latency per stage vs the number of retrieved passages (issue 21).
+
+Every question retrieves from one pooled corpus (every dev passage, ``retrieval.pooling``) its top 5, 10, 20 and
+40 passages (about 0.5k to 4.5k prompt tokens for standard RAG) with both models' context raised to
+``--max-seq-len``. For each size, one run of standard RAG and the default speculative method (the cascade) on the
+same questions and models; plain speculative (the selected draft, never falling back) is read from the same
+run: its answer is the cascade's selected draft and its latency the cascade's stages before any fallback.
+Writes ``benchmarks/results/long_context.json`` and a plot of latency vs standard RAG's prompt tokens.
+
+    python benchmarks/long_context.py --data ../shared/data/retrievalqa_dev.jsonl --split heldout --limit 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import run_header, write_results  # noqa: E402
+from specrag_jax.pipeline.evaluation import evaluate, is_correct, load_questions  # noqa: E402
+from specrag_jax.pipeline.factory import build_specrag  # noqa: E402
+from specrag_jax.pipeline.holdout import split_rows  # noqa: E402
+from specrag_jax.pipeline.specrag import RAGConfig  # noqa: E402
+from specrag_jax.retrieval.pooling import pool_passages  # noqa: E402
+from specrag_jax.xla_cache import enable_xla_cache  # noqa: E402
+
+BEFORE_FALLBACK = ("retrieval_s", "clustering_s", "drafting_s", "verification_s", "evidence_verification_s")
+
+
+def plain_speculative(predictions: list[dict], rows: list[dict]) -> dict:
+    """The selected draft without the fallback: accuracy and latency (the cascade's stages before it)."""
+    truth = {r.get("question_id"): r["ground_truth"] for r in rows}
+    spec = [p for p in predictions if p["method"] == "speculative"]
+    correct, latency = [], []
+    for p in spec:
+        chosen = next((d for d in p["drafts"] if d["index"] == p.get("chosen_draft")), None)
+        answer = chosen["answer"] if chosen else p["answer"]  # consensus: the cascade's own answer is the draft
+        correct.append(is_correct(answer, truth[p["question_id"]]))
+        latency.append(sum(p["stages_s"].get(k, 0.0) for k in BEFORE_FALLBACK) - p["compile_s"])
+    return {"accuracy": sum(correct) / len(spec), "latency_s": statistics.fmean(latency)}
+
+
+def plot(sizes: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [s["standard_prompt_tokens"] for s in sizes]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, key in (("standard RAG", "standard"), ("speculative (cascade)", "speculative"),
+                      ("plain speculative", "plain_speculative")):
+        ax.plot(x, [s[key]["latency_s"] for s in sizes], marker="o", label=name)
+    for s in sizes:
+        ax.annotate(f"{s['n_docs']} passages", (s["standard_prompt_tokens"], s["standard"]["latency_s"]),
+                    textcoords="offset points", xytext=(4, -10), fontsize=8)
+    ax.set_xlabel("standard RAG prompt tokens")
+    ax.set_ylabel("mean latency per question (s)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--split", default="heldout")
+    ap.add_argument("--limit", type=int, default=4)
+    ap.add_argument("--sizes", default="5,10,20,40")
+    ap.add_argument("--max-seq-len", type=int, default=8192)
+    ap.add_argument("--out", default="benchmarks/results/long_context.json")
+    args = ap.parse_args()
+    enable_xla_cache()
+    all_rows = load_questions(args.data)
+    corpus = pool_passages(all_rows)
+    rows = split_rows(all_rows, args.split, 0.3)[: args.limit]
+    rag = build_specrag(corpus=corpus, config=RAGConfig(), max_seq_len=args.max_seq_len)
+    sizes = []
+    for n in [int(s) for s in args.sizes.split(",")]:
+        rag.config.n_docs = n
+        res = evaluate(rag, rows, ["standard", "speculative"], progress=False, corpus=corpus)
+        std, spec = res["methods"]["standard"], res["methods"]["speculative"]
+        plain = plain_speculative(res["predictions"], rows)
+        entry = {"n_docs": n, "standard_prompt_tokens": std["tokens"]["verifier_prefill_tokens"] / len(rows),
+                 "standard": {"accuracy": std["accuracy"], "latency_s": std["latency_s"]["mean"],
+                              "stages_s": std["stages_s"]},
+                 "speculative": {"accuracy": spec["accuracy"], "latency_s": spec["latency_s"]["mean"],
+                                 "stages_s": spec["stages_s"], "cascade": spec["cascade"],
+                                 "tokens_per_question": spec["tokens"]["per_question"]},
+                 "plain_speculative": plain, "selection": res["selection"],
+                 "recall_own_passages": std.get("recall_own_passages")}
+        entry["ratio_cascade_vs_standard"] = entry["speculative"]["latency_s"] / entry["standard"]["latency_s"]
+        entry["ratio_plain_vs_standard"] = plain["latency_s"] / entry["standard"]["latency_s"]
+        sizes.append(entry)
+        print(f"{n:3d} passages, {entry['standard_prompt_tokens']:.0f} tokens: standard {std['accuracy']:.2f} "
+              f"{entry['standard']['latency_s']:.1f}s | cascade {spec['accuracy']:.2f} "
+              f"{entry['speculative']['latency_s']:.1f}s ({entry['ratio_cascade_vs_standard']:.2f}x) | plain "
+              f"{plain['accuracy']:.2f} {plain['latency_s']:.1f}s ({entry['ratio_plain_vs_standard']:.2f}x)",
+              flush=True)
+    crossover = next((s["n_docs"] for s in sizes if s["ratio_cascade_vs_standard"] < 1.0), None)
+    out = write_results(args.out, {**run_header(), "questions": [r.get("question_id") for r in rows],
+                                   "one_question_points": 100.0 / len(rows), "max_seq_len": args.max_seq_len,
+                                   "selection": rag.config.selection, "tau_min": rag.config.tau_min,
+                                   "drafter_adapter": rag.drafter_adapter, "corpus_passages": len(corpus),
+                                   "sizes": sizes, "cascade_crossover_n_docs": crossover})
+    plot(sizes, out.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()
