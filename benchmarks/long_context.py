@@ -96,11 +96,16 @@ def main() -> None:
         entry["ratio_cascade_vs_standard"] = entry["speculative"]["latency_s"] / entry["standard"]["latency_s"]
         entry["ratio_plain_vs_standard"] = plain["latency_s"] / entry["standard"]["latency_s"]
         sizes.append(entry)
+        write(args, rows, rag, corpus, sizes)  # after every size: a cut-short run keeps what it measured
         print(f"{n:3d} passages, {entry['standard_prompt_tokens']:.0f} tokens: standard {std['accuracy']:.2f} "
               f"{entry['standard']['latency_s']:.1f}s | cascade {spec['accuracy']:.2f} "
               f"{entry['speculative']['latency_s']:.1f}s ({entry['ratio_cascade_vs_standard']:.2f}x) | plain "
               f"{plain['accuracy']:.2f} {plain['latency_s']:.1f}s ({entry['ratio_plain_vs_standard']:.2f}x)",
               flush=True)
+
+
+def write(args: argparse.Namespace, rows: list[dict], rag, corpus: list[dict], sizes: list[dict]) -> None:
+    """The results so far (JSON) and the plot."""
     crossover = next((s["n_docs"] for s in sizes if s["ratio_cascade_vs_standard"] < 1.0), None)
     out = write_results(args.out, {**run_header(), "questions": [r.get("question_id") for r in rows],
                                    "one_question_points": 100.0 / len(rows), "max_seq_len": args.max_seq_len,

@@ -32,6 +32,20 @@ def test_bad_rerank_flags_are_one_line(capsys, command, flags, message):
     assert len(err) == 1 and err[0].startswith("specrag: error: ") and message in err[0], err
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--selection", "vote"], "unknown selection 'vote'; choose one of rho, evidence, rho+agg, evidence+agg"),
+    (["--tau-min", "1.5"], "tau_min must be in [0, 1] (got 1.5)"),
+    (["--tau-min", "-0.1"], "tau_min must be in [0, 1] (got -0.1)"),
+])
+@pytest.mark.parametrize("command", ["ask", "eval", "serve"])
+def test_bad_selection_flags_are_one_line(capsys, command, flags, message):
+    head = {"ask": ["ask", "What is Python?"], "eval": ["eval", "--data", str(DATA)],
+            "serve": ["serve", "--compile-cache", "none"] + TINY}[command]
+    assert main(head + flags + ["-q"] * (command != "serve")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("specrag: error: ") and message in err[0], err
+
+
 def test_eval_corpus_must_exist(capsys):
     assert main(["eval", "--data", str(DATA), "--corpus", "/nonexistent/corpus.jsonl", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

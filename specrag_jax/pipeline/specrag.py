@@ -1,11 +1,12 @@
 """SpecRAG: the Python API of the whole pipeline and its baselines.
 
-speculative: retrieve -> question-conditioned embeddings -> k-means -> m subsets -> m drafts in one batched
-generation -> one packed verifier pass -> rho = rho_draft * rho_SC * rho_SR -> best draft, with the consensus
-fast path and the tau_min fallback (which regenerates through the lossless path, reusing the drafts). Baselines
-in the same API: standard (all documents in the verifier's prompt), closed_book, drafter_only (best rho_draft),
-random_draft (no verification). lossless: the standard answer decoded with token-tree speculation over the
-drafts and n-grams (``lossless.py``): the same output, fewer verifier steps.
+speculative (the default method): retrieve -> question-conditioned embeddings -> k-means -> m subsets -> m drafts
+in one batched generation -> one packed verifier pass (evidence-aware by default: each draft's own passages, or
+the paper's rho without documents; ``selection.py``) -> the selected draft, accepted when its confidence reaches
+tau_min, else the cascade's fallback (standard RAG through the lossless path, reusing the drafts: exactly the
+standard answer). Baselines in the same API: standard (all documents in the verifier's prompt), closed_book,
+drafter_only (best rho_draft), random_draft (no verification). lossless: the standard answer decoded with
+token-tree speculation over the drafts and n-grams (``lossless.py``): the same output, fewer verifier steps.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from specrag_jax.errors import SpecRagError
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``serve`` (its handler is ``args.serve_main``)."""
     from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
+    from specrag_jax.pipeline.specrag import DEFAULT_SELECTION, DEFAULT_TAU_MIN
 
     p = sub.add_parser("serve", help="serve the models over HTTP (OpenAI-compatible + /v1/rag)")
     p.add_argument("--host", default="127.0.0.1")
@@ -43,6 +44,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-docs", type=int, default=10)
     p.add_argument("--m", type=int, default=5, help="default number of drafts")
     p.add_argument("--k", type=int, default=2, help="default number of clusters")
+    p.add_argument("--selection", default=DEFAULT_SELECTION, help="/v1/rag's default selection: evidence, "
+                   "evidence+agg, rho or rho+agg")
+    p.add_argument("--tau-min", type=float, default=DEFAULT_TAU_MIN,
+                   help="/v1/rag's cascade floor in [0, 1] (0: always accept the selected draft)")
     p.add_argument("--warmup", default="decode", choices=["none", "decode", "full"],
                    help="compile step shapes before serving: decode steps only, or every reachable shape")
     p.add_argument("--warmup-sampling", action="store_true",
@@ -92,7 +97,8 @@ def build_service(args: argparse.Namespace):
             raise SpecRagError(f"--{flag.replace('_', '-')} must be >= 1 (got {getattr(args, flag)})")
     if args.request_timeout <= 0:
         raise SpecRagError(f"--request-timeout must be > 0 (got {args.request_timeout})")
-    rag = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k, **rerank_fields(args))
+    rag = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k, selection=args.selection, tau_min=args.tau_min,
+                    **rerank_fields(args))
     rag.check()
     config = ServeConfig(
         request_timeout=args.request_timeout, max_inflight=args.max_inflight, max_waiting=args.max_waiting,

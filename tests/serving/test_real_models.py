@@ -45,8 +45,12 @@ def test_real_models_rag_endpoint(smol):
         r = c.post("/v1/rag", json={"question": "What is the capital of France?", "documents": DOCS[:3]})
         assert r.status_code == 200, r.text
         body = r.json()
-        assert len(body["drafts"]) == 2 and body["trace"]["verifier_tree_tokens"] > 0
+        assert len(body["drafts"]) == 2 and body["trace"]["evidence_tree_tokens"] > 0  # the default selection
         assert set(body["citations"]) <= {d["id"] for d in DOCS}
+        r = c.post("/v1/rag", json={"question": "What is the capital of France?", "documents": DOCS[:3],
+                                    "selection": "rho", "tau_min": 0})
+        assert r.status_code == 200 and r.json()["trace"]["verifier_tree_tokens"] > 0, r.text
+        assert r.json()["trace"]["path"] == "verified_draft"
     for eng in svc.unique_engines.values():
         assert_pages_home(eng)
         eng.cache.clear()
