@@ -1,4 +1,4 @@
-"""Rerank flags of ask/eval/serve: one-line errors, and `specrag eval --corpus` end to end on tiny models."""
+"""Rerank and selection flags of ask/eval/serve: one-line errors, and `specrag eval --corpus` end to end on tiny models."""
 
 from __future__ import annotations
 
@@ -22,23 +22,12 @@ TINY = ["--drafter", "tiny:llama", "--verifier", "tiny:llama"]
     (["--rerank", "kv", "--rerank-patience", "0"], "rerank patience must be >= 1"),
     (["--rerank", "kv", "--rerank-patience", "soon"], "--rerank-patience must be a whole number >= 1 or 'inf'"),
     (["--reranker", " "], "reranker must be a model name"),
-])
-@pytest.mark.parametrize("command", ["ask", "eval", "serve"])
-def test_bad_rerank_flags_are_one_line(capsys, command, flags, message):
-    head = {"ask": ["ask", "What is Python?"], "eval": ["eval", "--data", str(DATA)],
-            "serve": ["serve", "--compile-cache", "none"] + TINY}[command]
-    assert main(head + flags + ["-q"] * (command != "serve")) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("specrag: error: ") and message in err[0], err
-
-
-@pytest.mark.parametrize("flags, message", [
     (["--selection", "vote"], "unknown selection 'vote'; choose one of rho, evidence, rho+agg, evidence+agg"),
     (["--tau-min", "1.5"], "tau_min must be in [0, 1] (got 1.5)"),
     (["--tau-min", "-0.1"], "tau_min must be in [0, 1] (got -0.1)"),
 ])
 @pytest.mark.parametrize("command", ["ask", "eval", "serve"])
-def test_bad_selection_flags_are_one_line(capsys, command, flags, message):
+def test_bad_rerank_flags_are_one_line(capsys, command, flags, message):
     head = {"ask": ["ask", "What is Python?"], "eval": ["eval", "--data", str(DATA)],
             "serve": ["serve", "--compile-cache", "none"] + TINY}[command]
     assert main(head + flags + ["-q"] * (command != "serve")) == 2
