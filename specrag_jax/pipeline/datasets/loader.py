@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Callable
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline.datasets import musique, retrievalqa, selfrag
+from specrag_jax.pipeline.datasets import musique, rqa_reader, selfrag
 from specrag_jax.pipeline.datasets.records import iter_records
 from specrag_jax.pipeline.datasets.tasks import get_task
 
 Reader = Callable[[dict, str, str | None], dict]
 READERS: dict[str, Reader] = {"selfrag": selfrag.read_selfrag, "musique": musique.read_musique,
-                              "retrievalqa": retrievalqa.read_retrievalqa}
+                              "retrievalqa": rqa_reader.read_retrievalqa}
 FORMATS = tuple(READERS)
 
 
@@ -34,7 +34,7 @@ def detect_format(obj: dict) -> str | None:
     """The format a first row's fields point to, or None."""
     if any(f in obj for f in musique.FIELDS):
         return "musique"
-    if any(f in obj for f in retrievalqa.FIELDS):
+    if any(f in obj for f in rqa_reader.FIELDS):
         return "retrievalqa"
     if any(f in obj for f in selfrag.FIELDS):
         return "selfrag"
