@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from specrag_jax.machine_peaks import best_time
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 
@@ -158,14 +160,6 @@ def summarize(values: Sequence[float], best: float | None = None) -> dict[str, A
     }
 
 
-def best_time(fn: Callable[[], Any], repeats: int) -> float:
-    """Fastest wall time of ``fn`` over ``repeats`` calls."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def measure_read_bandwidth(gib: float = 1.0, repeats: int = 5) -> dict[str, Any]:

@@ -229,6 +229,8 @@ def _ask(args: argparse.Namespace) -> int:
     if args.method not in METHODS:
         raise SpecRagError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
     from specrag_jax.compile_time import CompileClock
+    from specrag_jax.machine_peaks import peaks_once
+    from specrag_jax.pipeline.roofline import answer_roofline
 
     rag = _build_rag(args, args.corpus, _rag_config(args))
     rag.progress = args.progress
@@ -236,6 +238,8 @@ def _ask(args: argparse.Namespace) -> int:
         result = rag.answer(args.question, None, args.method)
     args.progress.note(f"answer in {result.trace.get('total_s', 0.0):.2f} s, of which {clock.stats.summary()}")
     if args.json:
+        result.trace["roofline"] = answer_roofline(rag, result.trace, args.method)  # measures this machine's peaks
+        result.trace["roofline_peaks"] = peaks_once().to_dict()
         print(json.dumps(result.to_dict()))
     else:
         print(result.answer)

@@ -15,10 +15,10 @@ import jax.numpy as jnp
 
 from specrag_jax.kernels.metadata import AttentionMetadata, ancestor_mask
 
-_NEG = -1e30
+MASKED_SCORE = -1e30  # a hidden key's score: exp() of it minus the row max is exactly 0
 
 
-def _softcap(x: jax.Array, cap: float | None) -> jax.Array:
+def softcap_scores(x: jax.Array, cap: float | None) -> jax.Array:
     return x if cap is None else cap * jnp.tanh(x / cap)
 
 
@@ -113,8 +113,8 @@ def paged_tree_attention_reference(
     s_chk = jnp.einsum("kgtd,ukd->kgtu", qh, k_new.astype(f32))
 
     # One softmax over both parts; hidden entries get a huge negative score, so exp() makes them 0.
-    s_pre = jnp.where(vis_pre, _softcap(s_pre, softcap), _NEG)
-    s_chk = jnp.where(vis_chk, _softcap(s_chk, softcap), _NEG)
+    s_pre = jnp.where(vis_pre, softcap_scores(s_pre, softcap), MASKED_SCORE)
+    s_chk = jnp.where(vis_chk, softcap_scores(s_chk, softcap), MASKED_SCORE)
     m = jnp.maximum(s_pre.max(-1), s_chk.max(-1))[..., None]
     p_pre = jnp.exp(s_pre - m)
     p_chk = jnp.exp(s_chk - m)

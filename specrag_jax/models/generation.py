@@ -10,7 +10,7 @@ import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import pages_needed
-from specrag_jax.models.packing import Chunk, bucket
+from specrag_jax.models.packing import Chunk, bucket, token_count_bucket, token_count_buckets
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.speculative import Speculation, SpeculationStats, speculative_decode
@@ -285,13 +285,13 @@ class Generator:
         for length in range(1, max_prompt_len + 1):
             p = page_bucket(pages_needed(length + max_new_tokens, r.page_size))
             sizes = [budget] * ((length - 1) // budget) + [length - budget * ((length - 1) // budget)]
-            shapes.update((bucket(c, r.min_token_bucket), 1, p, c == 1) for c in sizes)
+            shapes.update((token_count_bucket(c, r.min_token_bucket), 1, p, c == 1) for c in sizes)
             shapes.add((1, 1, p, True))
         largest = max(batch_sizes)
         if largest > 1:
             max_p = page_bucket(pages_needed(max_prompt_len + max_new_tokens, r.page_size))
             p_buckets = sorted({page_bucket(1 << k) for k in range(max_p.bit_length())})
-            t_buckets = [1 << k for k in range(r.min_token_bucket.bit_length() - 1, bucket(budget).bit_length())]
+            t_buckets = token_count_buckets(r.min_token_bucket, budget)
             for s in (1 << k for k in range(bucket(largest).bit_length())):
                 for p in p_buckets:
                     shapes.add((s, s, p, True))

@@ -157,6 +157,9 @@ def write_drafts(
         "drafter_prefill_tokens": sum(len(prefix_ids) + len(s) - shared for s in suffixes) + shared + phase2_prefill,
         "drafter_shared_prefix_tokens": shared,
         "drafter_decode_tokens": sum(len(r.token_ids) for r in phase1 + phase2),
+        # the drafts decode together: each phase takes as many steps as its longest draft (the roofline's count)
+        "drafter_decode_steps": max((len(r.token_ids) for r in phase1), default=0)
+        + max((len(r.token_ids) for r in phase2), default=0),
         # the first draft token: the earliest branch's prefill end (executors time prefill from admission)
         "drafter_first_token_s": t_submit - t0 + min((r.prefill_s for r in phase1), default=0.0),
     }

@@ -14,7 +14,9 @@ from typing import Any, Sequence
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.datasets import score_answer
 from specrag_jax.pipeline.drafting import Draft
+from specrag_jax.machine_peaks import peaks_once
 from specrag_jax.pipeline.lossless import summarize_speculation
+from specrag_jax.pipeline.roofline import answer_roofline, mean_roofline
 from specrag_jax.pipeline.selection import (EVIDENCE_TERMS, PLAIN_TERMS, SELECTIONS, ScoreOptions, best,
                                             score_drafts, select, selection_confidence)
 from specrag_jax.pipeline.specrag import METHODS, SpecRAG
@@ -60,6 +62,9 @@ def _row_docs(row: dict) -> list[dict] | None:
     return docs_from_context(row.get("context") or []) if row.get("context") else None
 
 
+ROOFLINE_MAX_COMPILE_S = 0.5  # questions whose answer compiled longer than this are left out of the roofline
+
+
 def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: bool = True,
              corpus: Sequence[dict] | None = None) -> dict[str, Any]:
     """Run every method on every row; returns the public JSON shape (without ``config``).
@@ -81,7 +86,7 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
     keys = None if corpus is None else {str(d["id"]): passage_key(d) for d in corpus}
     acc: dict[str, dict[str, Any]] = {m: {"correct": [], "latency": [], "wall": [], "compile": 0.0, "by_source": {},
                                           "tokens": {k: 0 for k in TOKEN_KEYS}, "stages": {}, "speculation": [],
-                                          "recall": [], "rerank": []} for m in methods}
+                                          "recall": [], "rerank": [], "roofline": []} for m in methods}
     predictions = []
     verified: list[tuple[list[Draft], dict]] = []  # the speculative drafts and their question row
     paths: list[tuple[str | None, bool]] = []
@@ -111,6 +116,8 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
             for k in TOKEN_KEYS:
                 a["tokens"][k] += int(result.trace.get(k, 0))
             stages = stage_seconds(result.trace)
+            if compile_s <= ROOFLINE_MAX_COMPILE_S:  # a stage that compiled is not judged against its bound
+                a["roofline"].append(answer_roofline(rag, result.trace, method))
             if "speculation" in result.trace:
                 a["speculation"].append(result.trace["speculation"])
             for k, v in stages.items():
@@ -150,6 +157,10 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
             out["methods"][method]["recall_own_passages"] = sum(a["recall"]) / len(a["recall"]) if a["recall"] else None
         if a["rerank"]:
             out["methods"][method]["rerank"] = summarize_rerank(a["rerank"])
+        out["methods"][method]["roofline"] = mean_roofline(a["roofline"])
+        for stage, row in out["methods"][method]["roofline"].items():  # first method listed names a shared stage
+            out.setdefault("roofline", {}).setdefault(stage, {**row, "method": method})
+    out["roofline_peaks"] = peaks_once().to_dict()
     if verified:
         out["ablations"] = score_ablations(verified)
         out["selection"] = selection_accuracy(verified)

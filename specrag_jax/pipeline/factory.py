@@ -26,7 +26,8 @@ def clustered_subsets(embedder: Embedder) -> SubsetFn:
         points = embedder.embed_for_question(question, docs)
         km = kmeans(points, k, seed=seed)
         sample = sample_subsets(km.labels, m, seed=seed)
-        info = {"clusters": int(km.k), "cluster_sizes": [int((km.labels == c).sum()) for c in range(km.k)]}
+        info = {"clusters": int(km.k), "cluster_sizes": [int((km.labels == c).sum()) for c in range(km.k)],
+                **{f"clustering_{k}": v for k, v in embedder.last_call.items()}}
         notes = [n for n in (km.note, sample.note) if n]
         if notes:
             info["subset_notes"] = notes

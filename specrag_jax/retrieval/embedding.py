@@ -79,6 +79,7 @@ class Embedder:
         self.runner = model.runner
         self.tokenizer = model.tokenizer
         self.name = name or getattr(model, "name", "unknown")
+        self.last_call: dict[str, int] = {}  # embed_for_question's token and step counts (the roofline's input)
         limit = self.runner.max_seq_len
         self.max_tokens = max(2, min(max_tokens, limit))
         self.step_tokens = max(step_tokens, 2 * self.max_tokens)
@@ -99,9 +100,9 @@ class Embedder:
         ids = self.tokenizer.encode(text, add_bos=bos and self.tokenizer.bos_id is not None)
         return ids[:limit]
 
-    def _pack(self, chunks: Sequence[Chunk]) -> PackedStep:
-        # Empty chunks pad the sequence count to >= MIN_SEQS, so one program serves 1..8 texts.
-        chunks = list(chunks) + [Chunk(pages=[], kv_len=0, tokens=[], write=False)] * (MIN_SEQS - len(chunks))
+    def _pack(self, chunks: Sequence[Chunk], min_seqs: int = MIN_SEQS) -> PackedStep:
+        # Empty chunks pad the sequence count to >= min_seqs, so one program serves 1..8 texts.
+        chunks = list(chunks) + [Chunk(pages=[], kv_len=0, tokens=[], write=False)] * (min_seqs - len(chunks))
         return pack_chunks(chunks, page_size=self.runner.page_size, num_slots=2 * self.runner.page_size,
                            min_token_bucket=MIN_TOKENS, min_page_bucket=1, max_page_bucket=1)
 
@@ -153,6 +154,7 @@ class Embedder:
         ids = [self._ids(" " + (t.strip() or "(empty)"), bos=False, limit=limit) for t in texts]
         budget = max(self.step_tokens - len(q_ids), limit)
         nq = len(q_ids)
+        self.last_call = {"tokens": 0, "steps": 0, "question_tokens": nq, "docs": len(ids)}
         for batch in _greedy_batches([len(x) for x in ids], budget):
             tokens = list(q_ids)
             parents = list(range(-1, nq - 1))
@@ -167,8 +169,11 @@ class Embedder:
                 positions += list(range(nq, nq + n))
                 segs += [j] * n
                 weights += [1.0] * n
+            # One sequence (a tree): long steps then take the query-blocked attention (kernels/blocked.py).
             step = self._pack([Chunk(pages=[], kv_len=0, tokens=tokens, parents=parents, positions=positions,
-                                     write=False)])
+                                     write=False)], min_seqs=1)
+            self.last_call["tokens"] += len(tokens)
+            self.last_call["steps"] += 1
             t_pad = step.tokens.shape[0]
             segments = np.zeros(t_pad, np.int32)
             segments[: len(segs)] = segs

@@ -1,0 +1,137 @@
+"""Per-stage roofline of one answer: measured time against the time its FLOPs and bytes need at this machine's
+peaks (public contract: ``roofline: {STAGE: {"measured_s", "bound_s", "ratio"}}`` in ``ask --json`` traces and
+the eval JSON).
+
+Stages and the trace counts they read (``models/cost.py`` turns counts into FLOPs and bytes):
+- ``clustering``: the drafter's question-conditioned embedding pass (a tree per step: question + documents);
+- ``drafting``: the drafter's prefill of every subset prompt and the drafts' batched decode steps;
+- ``verification`` / ``evidence_verification``: one packed tree pass of the verifier (drafts; drafts with
+  their passages);
+- ``standard``, ``lossless``, ``fallback`` (the cascade's standard answer): the verifier's chunked prefill
+  (``<name>.prefill``) and its decode steps (``<name>.decode``: plain, or token trees when speculating).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Mapping
+
+import jax
+
+from specrag_jax.machine_peaks import MachinePeaks, peaks_once
+from specrag_jax.models.cost import Cost, ModelCost, causal_pairs, decode_cost, prefill_cost, tree_cost
+
+PREFILL_CHUNK = 512  # tokens per prefill step (the Generator's max_prefill_tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class StageRoofline:
+    measured_s: float
+    cost: Cost
+    peaks: MachinePeaks
+
+    def to_dict(self) -> dict:
+        compute = self.cost.flops / self.peaks.flops_per_s
+        memory = self.cost.bytes / self.peaks.bytes_per_s
+        bound = max(compute, memory)
+        return {"measured_s": _sig(self.measured_s), "bound_s": _sig(bound),
+                "ratio": _sig(self.measured_s / bound) if bound > 0 else None,
+                "gflop": _sig(self.cost.flops / 1e9), "gbytes": _sig(self.cost.bytes / 1e9),
+                "compute_s": _sig(compute), "memory_s": _sig(memory), "steps": self.cost.steps}
+
+
+def _sig(x: float, digits: int = 5) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def _generation(trace: Mapping, verifier: ModelCost) -> tuple[Cost, Cost]:
+    """(prefill, decode) costs of the verifier's answer: plain decode, or speculation's tree steps."""
+    prompt = int(trace.get("verifier_prefill_tokens", 0))
+    new = int(trace.get("verifier_decode_tokens", 0))
+    prefill = prefill_cost(verifier, prompt, PREFILL_CHUNK)
+    counts = (trace.get("speculation") or {}).get("counts")
+    if counts and counts.get("steps"):
+        steps = int(counts["steps"])
+        per_step = 1 + counts.get("proposed", 0) / steps  # the last token plus the proposed tree
+        one = verifier.step(round(per_step), per_step * (prompt + new / 2), context=prompt + new / 2)
+        return prefill, Cost(one.flops * steps, one.bytes * steps, steps)
+    return prefill, decode_cost(verifier, max(new - 1, 0), 1, prompt + new / 2)
+
+
+def stage_costs(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method: str) -> dict[str, tuple[float, Cost]]:
+    """``{stage: (measured seconds, Cost)}`` for every stage the trace ran and counted."""
+    out: dict[str, tuple[float, Cost]] = {}
+    drafts = int(trace.get("num_subsets", 0)) or 1
+    if "clustering_tokens" in trace and trace.get("clustering_s") is not None:
+        q = int(trace.get("clustering_question_tokens", 0))
+        tokens = int(trace["clustering_tokens"])
+        steps = max(int(trace.get("clustering_steps", 1)), 1)
+        docs = max(int(trace.get("clustering_docs", 1)), 1)
+        doc_tokens = max(tokens - q * steps, 0)  # every step repeats the question as the trunk of its tree
+        pairs = steps * causal_pairs(q) + doc_tokens * (q + (doc_tokens / docs + 1) / 2)
+        one = drafter.step(tokens, pairs, logits_rows=0)  # pooled hidden states: no head
+        out["clustering"] = (float(trace["clustering_s"]), Cost(one.flops, drafter.weight_bytes * steps, steps))
+    if "drafter_prefill_tokens" in trace:
+        prompt = int(trace["drafter_prefill_tokens"]) - int(trace.get("drafter_shared_prefix_tokens", 0))
+        shared = int(trace.get("drafter_shared_prefix_tokens", 0))
+        per_draft = prompt / drafts
+        pairs = causal_pairs(shared) + drafts * causal_pairs(round(per_draft), shared)
+        pre = drafter.step(shared + prompt, pairs, logits_rows=drafts)
+        steps = int(trace.get("drafter_decode_steps", 0))
+        new = int(trace.get("drafter_decode_tokens", 0)) / drafts
+        dec = decode_cost(drafter, steps, drafts, shared + per_draft + new / 2)
+        out["drafting"] = (float(trace.get("drafting_s", 0.0)), pre + dec)
+    for name, key in (("verification", "verifier"), ("evidence_verification", "evidence")):
+        if f"{key}_tree_tokens" in trace and trace.get(f"{name}_s") is not None:
+            cost = tree_cost(verifier, int(trace[f"{key}_prefix_tokens"]), int(trace[f"{key}_tree_tokens"]), drafts)
+            out[name] = (float(trace[f"{name}_s"]), cost)
+    if "verifier_prefill_tokens" in trace and trace.get("generation_s") is not None:
+        name = "fallback" if method == "speculative" else method
+        prefill, decode = _generation(trace, verifier)
+        total = float(trace["generation_s"])
+        out[name] = (total, prefill + decode)
+        if trace.get("verifier_decode_s") is not None:
+            out[f"{name}.decode"] = (float(trace["verifier_decode_s"]), decode)
+            out[f"{name}.prefill"] = (total - float(trace["verifier_decode_s"]), prefill)
+    return out
+
+
+def roofline(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method: str, peaks: MachinePeaks) -> dict:
+    """The trace's ``roofline`` entry: per stage measured, bound and ratio (plus FLOPs, bytes, steps)."""
+    return {stage: StageRoofline(s, cost, peaks).to_dict()
+            for stage, (s, cost) in stage_costs(trace, drafter, verifier, method).items()}
+
+
+def mean_roofline(entries: Iterable[Mapping[str, Mapping]]) -> dict:
+    """Per stage over questions: mean measured and bound seconds, the ratio of the means, how many questions."""
+    sums: dict[str, list[float]] = {}
+    for entry in entries:
+        for stage, row in entry.items():
+            acc = sums.setdefault(stage, [0.0] * 5)
+            for i, key in enumerate(("measured_s", "bound_s", "gflop", "gbytes")):
+                acc[i] += row.get(key, 0.0)
+            acc[4] += 1
+    out = {}
+    for stage, (m, b, gflop, gbytes, n) in sorted(sums.items()):
+        out[stage] = {"measured_s": _sig(m / n), "bound_s": _sig(b / n), "ratio": _sig(m / b) if b > 0 else None,
+                      "questions": int(n)}
+        if gflop or gbytes:
+            out[stage].update(gflop=_sig(gflop / n), gbytes=_sig(gbytes / n))
+    return out
+
+
+def predicted_bound_s(row: Mapping, peaks: MachinePeaks) -> float:
+    """A stage's bound on another machine (``machine_peaks.DEVICE_PEAKS``) from its mean FLOPs and bytes."""
+    return max(row["gflop"] * 1e9 / peaks.flops_per_s, row["gbytes"] * 1e9 / peaks.bytes_per_s)
+
+
+def model_cost(model: Any) -> ModelCost:
+    """The ModelCost of a loaded TextModel (its runner's config and the bytes of its loaded weights)."""
+    runner = model.runner
+    weights = sum(x.nbytes for x in jax.tree_util.tree_leaves(runner.params))
+    return ModelCost.of(runner.cfg, weights, kv_itemsize=jax.numpy.dtype(runner.dtype).itemsize)
+
+
+def answer_roofline(rag: Any, trace: Mapping, method: str, peaks: MachinePeaks | None = None) -> dict:
+    """``roofline`` of one SpecRAG answer's trace, at ``peaks`` (default: this machine's, measured once)."""
+    return roofline(trace, model_cost(rag.drafter), model_cost(rag.verifier), method, peaks or peaks_once())

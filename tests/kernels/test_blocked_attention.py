@@ -1,0 +1,77 @@
+"""The query-blocked attention (the CPU path for long steps) against the reference and brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.kernels import paged_tree_attention_blocked, paged_tree_attention_reference
+from specrag_jax.models.packing import Chunk, pack_chunks, token_count_bucket, token_count_buckets
+from tests.kernels.test_reference_attention import brute_force, random_case, to_meta
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    block=st.sampled_from([1, 3, 4, 8]),
+    ps=st.sampled_from([1, 4, 16]),
+    tree=st.booleans(),
+    window=st.sampled_from([0, 1, 3, 8]),
+    softcap=st.sampled_from([None, 5.0]),
+    heads=st.sampled_from([(4, 1), (4, 2), (3, 3)]),
+    pad=st.integers(0, 5),
+)
+def test_blocked_matches_reference_and_brute_force(seed, block, ps, tree, window, softcap, heads, pad):
+    """One sequence (the blocked path's case), blocks that do and do not divide the step, padding rows."""
+    rng = np.random.default_rng(seed)
+    hq, hkv = heads
+    d = 8
+    k_pool, v_pool, seqs, total = random_case(rng, 1, 12, 20, ps, hq, hkv, d, tree)
+    t_pad = total + pad
+    q = rng.normal(size=(t_pad, hq, d)).astype(np.float32) * 3  # sharp softmaxes too
+    k_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
+    v_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
+    meta = to_meta(seqs, t_pad, ps, k_pool.shape[0])
+    kw = dict(scale=0.3, window=window, softcap=softcap, tree=tree)
+    got = np.asarray(paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, block=block, **kw))
+    ref = np.asarray(paged_tree_attention_reference(q, k_new, v_new, k_pool, v_pool, meta, **kw))
+    np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5)
+    want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, 0.3, window, softcap)
+    np.testing.assert_allclose(got[:total], want[:total], atol=2e-5, rtol=1e-5)
+    assert np.all(got[total:] == 0)
+
+
+def test_several_sequences_take_the_reference():
+    rng = np.random.default_rng(0)
+    k_pool, v_pool, seqs, total = random_case(rng, 3, 8, 10, 4, 4, 2, 8, True)
+    q = rng.normal(size=(total, 4, 8)).astype(np.float32)
+    kv = rng.normal(size=(total, 2, 8)).astype(np.float32)
+    meta = to_meta(seqs, total, 4, k_pool.shape[0])
+    got = paged_tree_attention_blocked(q, kv, kv, k_pool, v_pool, meta, scale=0.5, block=2)
+    ref = paged_tree_attention_reference(q, kv, kv, k_pool, v_pool, meta, scale=0.5)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+
+
+def test_pack_refuses_a_parent_after_its_child():
+    with pytest.raises(SpecRagError, match="parent must be packed before it"):
+        pack_chunks([Chunk([1], 0, [5, 6, 7], parents=[-1, 2, 0], write=False)], page_size=4, num_slots=64)
+
+
+@pytest.mark.parametrize("n", [*range(1, 300), 511, 512, 513, 1317, 2049, 3924, 8191])
+def test_token_buckets_waste_under_a_ninth_above_256(n):
+    b = token_count_bucket(n)
+    assert b >= n
+    if n > 256:
+        assert (b - n) / b < 1 / 9
+        assert b % 32 == 0
+    else:
+        assert b & (b - 1) == 0  # powers of two below: few small programs
+
+
+def test_token_bucket_enumeration_covers_every_padded_count():
+    ladder = token_count_buckets(16, 2048)
+    assert {token_count_bucket(n, 16) for n in range(1, 2049)} == set(ladder)
+    assert ladder == sorted(ladder) and ladder[0] == 16 and ladder[-1] == 2048

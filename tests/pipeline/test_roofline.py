@@ -1,0 +1,126 @@
+"""The roofline: FLOP and byte counts from configs and token counts, and the per-stage table of a trace."""
+
+from __future__ import annotations
+
+import pytest
+
+from specrag_jax.machine_peaks import DEVICE_PEAKS, MachinePeaks, device_peaks, measure_peaks
+from specrag_jax.models.config import tiny_config
+from specrag_jax.models.cost import Cost, ModelCost, causal_pairs, decode_cost, prefill_cost, tree_cost
+from specrag_jax.pipeline.roofline import mean_roofline, roofline, stage_costs
+
+PEAKS = MachinePeaks(flops_per_s=1e11, bytes_per_s=1e10, source="test")
+
+
+def _cost(**kw) -> ModelCost:
+    return ModelCost.of(tiny_config("llama", **kw), weight_bytes=1e6)
+
+
+def test_model_cost_counts_every_projection():
+    cfg = tiny_config("llama")
+    mc = ModelCost.of(cfg, weight_bytes=123.0)
+    h, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * cfg.intermediate_size
+    assert mc.body_params == cfg.num_layers * per_layer
+    assert mc.head_params == cfg.vocab_size * h
+    assert mc.attn_flops_per_pair == 4 * cfg.num_layers * q
+    assert mc.kv_bytes_per_token == 2 * cfg.num_layers * kv * 4
+
+
+def test_moe_counts_only_the_routed_experts():
+    dense = _cost()
+    moe = ModelCost.of(tiny_config("llama", num_experts=8, experts_per_token=2), weight_bytes=1e6)
+    cfg = tiny_config("llama")
+    extra = cfg.num_layers * (3 * cfg.hidden_size * cfg.intermediate_size + cfg.hidden_size * 8)
+    assert moe.body_params == dense.body_params + extra
+
+
+def test_prefill_in_chunks_sees_the_same_pairs_as_one_causal_pass():
+    mc = _cost()
+    whole = prefill_cost(mc, 1000, 10_000)
+    chunked = prefill_cost(mc, 1000, 128)
+    assert whole.steps == 1 and chunked.steps == 8
+    assert chunked.flops == pytest.approx(whole.flops)
+    assert chunked.bytes > whole.bytes  # the weights are read once per chunk
+    assert causal_pairs(3, 2) == 3 * 2 + 6
+
+
+def test_decode_is_memory_bound_and_scales_with_steps():
+    mc = _cost()
+    one, ten = decode_cost(mc, 1, 1, 100), decode_cost(mc, 10, 1, 100)
+    assert ten.flops == pytest.approx(10 * one.flops) and ten.bytes == pytest.approx(10 * one.bytes)
+    assert one.bound_s(1e15, 1e9) == one.bytes / 1e9
+
+
+def test_tree_pairs_grow_with_the_prefix():
+    mc = _cost()
+    assert tree_cost(mc, 100, 500, 5).flops > tree_cost(mc, 10, 500, 5).flops
+
+
+def _trace(**extra):
+    return {"clustering_s": 1.0, "clustering_tokens": 300, "clustering_steps": 1, "clustering_question_tokens": 20,
+            "clustering_docs": 10, "num_subsets": 5, "drafting_s": 2.0, "drafter_prefill_tokens": 900,
+            "drafter_shared_prefix_tokens": 50, "drafter_decode_tokens": 200, "drafter_decode_steps": 45,
+            "evidence_verification_s": 3.0, "evidence_prefix_tokens": 40, "evidence_tree_tokens": 1200, **extra}
+
+
+def test_stage_table_of_a_speculative_trace():
+    mc = _cost()
+    table = roofline(_trace(generation_s=4.0, verifier_prefill_tokens=800, verifier_decode_tokens=10,
+                            verifier_decode_s=1.0), mc, mc, "speculative", PEAKS)
+    assert set(table) == {"clustering", "drafting", "evidence_verification", "fallback", "fallback.prefill",
+                          "fallback.decode"}
+    for row in table.values():
+        assert row["bound_s"] > 0 and row["ratio"] == pytest.approx(row["measured_s"] / row["bound_s"], rel=1e-2)
+        assert row["bound_s"] == pytest.approx(max(row["compute_s"], row["memory_s"]), rel=1e-3)
+    assert table["fallback.prefill"]["measured_s"] == pytest.approx(3.0)
+
+
+def test_standard_and_lossless_name_their_generation_stage():
+    mc = _cost()
+    trace = {"generation_s": 2.0, "verifier_prefill_tokens": 500, "verifier_decode_tokens": 20}
+    assert set(stage_costs(trace, mc, mc, "standard")) == {"standard"}
+    spec = {**trace, "speculation": {"counts": {"steps": 5, "proposed": 40}}}
+    costs = stage_costs(spec, mc, mc, "lossless")
+    plain = stage_costs(trace, mc, mc, "lossless")
+    assert costs["lossless"][1].steps == plain["lossless"][1].steps - 19 + 5  # 5 tree steps, not 19 decode steps
+
+
+def test_mean_roofline_is_the_ratio_of_means():
+    rows = [{"s": {"measured_s": 2.0, "bound_s": 1.0}}, {"s": {"measured_s": 4.0, "bound_s": 1.0}}]
+    assert mean_roofline(rows) == {"s": {"measured_s": 3.0, "bound_s": 1.0, "ratio": 3.0, "questions": 2}}
+
+
+def test_measured_peaks_are_positive_and_devices_are_known():
+    p = measure_peaks(repeats=1, m=64, k=64, n=64, mib=4)
+    assert p.flops_per_s > 0 and p.bytes_per_s > 0 and p.source == "measured"
+    for name in DEVICE_PEAKS:
+        assert device_peaks(name).flops_per_s > 1e13
+    assert Cost(2e11, 0).bound_s(1e11, 1e9) == 2.0
+
+
+def test_eval_json_carries_the_roofline_of_every_method():
+    """Tiny models, three questions: every method's stages get measured/bound/ratio; compiled answers are left
+    out (so the first question usually is)."""
+    from pathlib import Path
+
+    from specrag_jax.pipeline.evaluation import evaluate, load_questions
+    from specrag_jax.pipeline.factory import clustered_subsets
+    from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
+    from specrag_jax.retrieval import Embedder
+    from specrag_jax.serving.tiny import tiny_text_model
+
+    drafter = tiny_text_model("tiny:llama", seed=1, num_pages=96, page_size=16, max_seq_len=1024)
+    verifier = tiny_text_model("tiny:llama", seed=2, num_pages=96, page_size=16, max_seq_len=1024)
+    config = RAGConfig(n_docs=2, m=2, k=1, max_draft_tokens=4, max_answer_tokens=3, max_doc_tokens=40)
+    rag = SpecRAG(drafter, verifier, subsets=clustered_subsets(Embedder(drafter)), config=config)
+    rows = load_questions(Path(__file__).parent / "data" / "mini_eval.jsonl")
+    rows = (rows * 3)[:4]  # repeats compile nothing new
+    res = evaluate(rag, rows, ["speculative", "standard"], progress=False)
+    spec = res["methods"]["speculative"]["roofline"]
+    assert {"clustering", "drafting", "evidence_verification"} <= set(spec)
+    assert "standard.prefill" in res["methods"]["standard"]["roofline"]
+    for stage, row in res["roofline"].items():
+        assert {"measured_s", "bound_s", "ratio", "questions", "method"} <= set(row)
+        assert row["bound_s"] > 0 and row["questions"] >= 1
+    assert res["roofline_peaks"]["matmul_gflops"] > 0
