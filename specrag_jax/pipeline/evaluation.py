@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.machine_peaks import peaks_once
 from specrag_jax.pipeline.datasets import score_answer
 from specrag_jax.pipeline.drafting import Draft
-from specrag_jax.machine_peaks import peaks_once
 from specrag_jax.pipeline.lossless import summarize_speculation
 from specrag_jax.pipeline.roofline import answer_roofline, mean_roofline
 from specrag_jax.pipeline.selection import (EVIDENCE_TERMS, PLAIN_TERMS, SELECTIONS, ScoreOptions, best,
