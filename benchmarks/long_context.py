@@ -5,7 +5,9 @@ Every question retrieves from one pooled corpus (every dev passage, ``retrieval.
 ``--max-seq-len``. For each size, one run of standard RAG and the default speculative method (the cascade) on the
 same questions and models; plain speculative (the selected draft, never falling back) is read from the same
 run: its answer is the cascade's selected draft and its latency the cascade's stages before any fallback.
-Writes ``benchmarks/results/long_context.json`` and a plot of latency vs standard RAG's prompt tokens.
+Each size first answers ``--warmup`` questions (discarded) so compilation stays out of the stage times, and
+records every stage against its bound (``roofline``). Writes ``benchmarks/results/long_context.json`` and a plot
+of latency vs standard RAG's prompt tokens.
 
     python benchmarks/long_context.py --data ../shared/data/retrievalqa_dev.jsonl --split heldout --limit 4
 """
@@ -72,6 +74,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=4)
     ap.add_argument("--sizes", default="5,10,20,40")
     ap.add_argument("--max-seq-len", type=int, default=8192)
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="questions answered (and discarded) before each size: their compilation stays out")
     ap.add_argument("--out", default="benchmarks/results/long_context.json")
     args = ap.parse_args()
     enable_xla_cache()
@@ -82,6 +86,8 @@ def main() -> None:
     sizes = []
     for n in [int(s) for s in args.sizes.split(",")]:
         rag.config.n_docs = n
+        if args.warmup:
+            evaluate(rag, rows[: args.warmup], ["standard", "speculative"], progress=False, corpus=corpus)
         res = evaluate(rag, rows, ["standard", "speculative"], progress=False, corpus=corpus)
         std, spec = res["methods"]["standard"], res["methods"]["speculative"]
         plain = plain_speculative(res["predictions"], rows)
@@ -92,7 +98,9 @@ def main() -> None:
                                  "stages_s": spec["stages_s"], "cascade": spec["cascade"],
                                  "tokens_per_question": spec["tokens"]["per_question"]},
                  "plain_speculative": plain, "selection": res["selection"],
-                 "recall_own_passages": std.get("recall_own_passages")}
+                 "recall_own_passages": std.get("recall_own_passages"),
+                 "roofline": {m: res["methods"][m]["roofline"] for m in ("standard", "speculative")},
+                 "roofline_peaks": res["roofline_peaks"]}
         entry["ratio_cascade_vs_standard"] = entry["speculative"]["latency_s"] / entry["standard"]["latency_s"]
         entry["ratio_plain_vs_standard"] = plain["latency_s"] / entry["standard"]["latency_s"]
         sizes.append(entry)
