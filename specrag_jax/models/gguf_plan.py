@@ -185,5 +185,11 @@ def run_jobs(gguf: GGUFFile, work: Iterable[tuple[Job, np.ndarray]], pool: Threa
         for job, dest in work:
             fill(gguf, job, dest)
         return
-    for future in [pool.submit(fill, gguf, job, dest) for job, dest in work]:
-        future.result()
+    futures = [pool.submit(fill, gguf, job, dest) for job, dest in work]
+    try:
+        for future in futures:
+            future.result()
+    except BaseException:
+        for future in futures:  # nothing more is started once a job has failed (or Ctrl-C)
+            future.cancel()
+        raise

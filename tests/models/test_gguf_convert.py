@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from pathlib import Path
@@ -17,10 +18,9 @@ from gguf.quants import dequantize
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models import loading
 from specrag_jax.models.checkpoint import PARAMS_FILE
-from specrag_jax.models.config import param_shapes
 from specrag_jax.models.gguf_header import GGUFFile
 from specrag_jax.models.gguf_loader import assemble_params, convert_gguf_file, gguf_config, load_gguf
-from specrag_jax.models.gguf_plan import names_for, reverse_permute_qk
+from specrag_jax.models.gguf_plan import GGUF_NAMES, names_for, plan_leaves, reverse_permute_qk, run_jobs
 from specrag_jax.models.loading import last_load_info, load_model_params
 from specrag_jax.models.param_file import save_tree
 from specrag_jax.models.registry import resolve_model_path
@@ -196,15 +196,34 @@ def test_lazy_string_array_and_bad_headers(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["smollm2-135m-instruct", "gemma3-270m"])
+@pytest.mark.parametrize("model", ["smollm2-135m-instruct", "gemma3-270m", "qwen2.5-coder-1.5b-instruct"])
 def test_real_files_equal_the_old_conversion(model):
-    """A few leaves of the real files (SmolLM2's Q/K rows are permuted, its matrices Q4_1; Gemma's mix Q5_0,
-    Q8_0, Q4_K, Q6_K) equal the old path's; benchmarks/convert_gguf.py compares whole files by sha256."""
+    """Leaves of the real files (SmolLM2: Q4_1, Q/K rows permuted; Gemma: Q5_0, Q8_0, Q4_K, Q6_K; Qwen: Q4_K,
+    Q6_K, biases) equal gguf-py's dequantisation, transposed and stacked as the old loader did; only these
+    leaves are converted the old way (benchmarks/convert_gguf.py compares whole files by sha256)."""
     path = resolve_model_path(model)
-    want = flatten_tree(old_path_params(path))
-    _, got = load_gguf(path)
-    got = flatten_tree(got)
-    for leaf in ("embed/embedding", "layers/attn/q/kernel", "layers/attn/k/kernel", "layers/mlp/down/kernel"):
-        assert same_bits(got[leaf], want[leaf]), leaf
-    assert set(got) == set(flatten_tree(param_shapes(gguf_config(GGUFFile(path), path)),
-                                        is_leaf=lambda x: isinstance(x, tuple)))
+    header = GGUFFile(path)
+    cfg = gguf_config(header, path)
+    tensors = {t.name: t for t in header.tensors}
+    heads = {"layers/attn/q/kernel": cfg.num_heads, "layers/attn/k/kernel": cfg.num_kv_heads}
+
+    def old(leaf: str, name: str) -> np.ndarray:
+        t = tensors[name]
+        w = np.asarray(dequantize(header.raw(t), t.tensor_type), dtype=np.float32)
+        w = reverse_permute_qk(w, heads[leaf]) if cfg.arch == "llama" and leaf in heads else w
+        return w.T if leaf.endswith("kernel") else w
+
+    leaves = ["embed/embedding", "layers/attn/q/kernel", "layers/attn/k/kernel", "layers/mlp/down/kernel"]
+    leaves += ["layers/attn/q/bias"] if cfg.attention_bias else []
+    plan, layers = plan_leaves(cfg, header), (0, cfg.num_layers - 1)
+    for leaf in leaves:
+        template, (shape, jobs) = GGUF_NAMES[leaf], plan[leaf]
+        if leaf.startswith("layers/"):  # the first and the last layer only, through the same fill code
+            want = np.stack([old(leaf, template.format(i=i)) for i in layers])
+            jobs = [dataclasses.replace(j, slot=(layers.index(j.slot[0]),)) for j in jobs if j.slot[0] in layers]
+            shape = (2, *shape[1:])
+        else:
+            want = old(leaf, template)
+        mine = np.empty(shape, np.float32)
+        run_jobs(header, [(job, mine) for job in jobs])
+        assert same_bits(mine, want), leaf
