@@ -125,9 +125,12 @@ def new_child(path: str, out: str) -> None:
                 block = fh.read(min(left, 64 << 20))
                 digest.update(block)
                 left -= len(block)
-    # Compute alone: the same jobs into memory touched beforehand (a layer slot reused across layers).
-    dests = {leaf: np.ones((1, *shape[1:]) if leaf.startswith("layers/") else shape, np.float32)
-             for leaf, (shape, _) in plan.items()}
+    # Compute alone: the same jobs into memory touched beforehand (a layer slot reused across layers, one buffer
+    # shared by the top-level leaves).
+    top = np.ones(max(int(np.prod(shape)) for leaf, (shape, _) in plan.items() if not leaf.startswith("layers/")),
+                  np.float32)
+    dests = {leaf: np.ones((1, *shape[1:]), np.float32) if leaf.startswith("layers/") else
+             top[:int(np.prod(shape))].reshape(shape) for leaf, (shape, _) in plan.items()}
     work = [(dataclasses.replace(job, slot=(0, *job.slot[1:]) if job.slot else ()), dests[leaf])
             for leaf, (_, jobs) in plan.items() for job in jobs]
     c0 = clock()
