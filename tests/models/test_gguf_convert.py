@@ -122,14 +122,15 @@ def test_new_conversion_equals_old_bit_for_bit(tmp_path, arch, experts, stacked)
     assert (tmp_path / "new16.safetensors").read_bytes() == (tmp_path / "old16.safetensors").read_bytes()
 
 
-def test_cache_is_built_in_place_then_hit(tmp_path, monkeypatch):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cache_is_built_in_place_then_hit(tmp_path, monkeypatch, dtype):
     monkeypatch.setenv("SPECRAG_CACHE_DIR", str(tmp_path / "cache"))
     path = synthetic_gguf(tmp_path / "s.gguf")
     with np.errstate(all="ignore"):
-        _, want = load_gguf(path)
-        _, first = load_model_params(str(path))
+        _, want = load_model_params(str(path), dtype=dtype, cache=False)  # in memory, cast per leaf
+        _, first = load_model_params(str(path), dtype=dtype)
     assert not last_load_info().from_cache
-    _, second = load_model_params(str(path))
+    _, second = load_model_params(str(path), dtype=dtype)
     assert last_load_info().from_cache
     for tree in (first, second):
         assert all(same_bits(a, b) for a, b in zip(jax.tree.leaves(tree), jax.tree.leaves(want)))
