@@ -1,4 +1,4 @@
-"""`specrag eval`: accuracy, latency and tokens of every method on a RetrievalQA-format JSON-lines file.
+"""`specrag eval`: accuracy, latency and tokens of every method on one evaluation file (any format `datasets` reads).
 
 Accuracy is the usual PopQA/TriviaQA metric (Self-RAG, Speculative RAG): a ground-truth string occurs in the
 answer, case-insensitively. The answer is what the method returns (first line, after stop strings).
