@@ -1,7 +1,9 @@
 """`specrag eval`: accuracy, latency and tokens of every method on one evaluation file (any format `datasets` reads).
 
 Accuracy is the usual PopQA/TriviaQA metric (Self-RAG, Speculative RAG): a ground-truth string occurs in the
-answer, case-insensitively. The answer is what the method returns (first line, after stop strings).
+answer, case-insensitively; closed-set tasks (arc_c, pubhealth) score the exact label (``datasets.metrics``), and
+their questions carry their choices into the prompts (``closed_set``). The answer is what the method returns (first
+line, after stop strings). Several files at once (Table 1): ``suite.py``.
 """
 
 from __future__ import annotations
