@@ -58,10 +58,14 @@ def rag_body(i: int, m: int, k: int) -> dict:
     return {"question": question, "documents": docs, "m": m, "k": k}
 
 
-def completion_body(i: int, max_tokens: int) -> dict:
+EXTRAS = {"logprobs": True, "top_logprobs": 5, "presence_penalty": 0.5, "frequency_penalty": 0.5,
+          "repetition_penalty": 1.1}  # --sampling-cost: the same chat requests with and without these
+
+
+def completion_body(i: int, max_tokens: int, extras: bool = False) -> dict:
     country, city, _ = TOPICS[i % len(TOPICS)]
     return {"messages": [{"role": "user", "content": f"Tell me about {city}, the capital of {country}."}],
-            "max_tokens": max_tokens}
+            "max_tokens": max_tokens, **(EXTRAS if extras else {})}
 
 
 def _free_port() -> int:
@@ -116,7 +120,7 @@ class Server:
 
 def _post(client: httpx.Client, server: Server, args: argparse.Namespace, i: int) -> tuple[float, int]:
     path, body = (("/v1/rag", rag_body(i, args.m, args.k)) if args.workload == "rag"
-                  else ("/v1/chat/completions", completion_body(i, args.max_tokens)))
+                  else ("/v1/chat/completions", completion_body(i, args.max_tokens, getattr(args, "extras", False))))
     t0 = time.perf_counter()
     r = client.post(server.base + path, json=body, timeout=args.request_timeout)
     return time.perf_counter() - t0, r.status_code
@@ -181,6 +185,20 @@ def _max_map_count() -> int | None:
         return None
 
 
+def sampling_cost(server: Server, args: argparse.Namespace) -> dict:
+    """Concurrent chat decoding with logprobs (top 5) and all three penalties on vs off, the same requests (each
+    from a cold prefix cache): generated tokens/s both ways and the ratio."""
+    out = {"extras": EXTRAS}
+    for name, extras in (("off", False), ("on", True)):
+        server.reset_prefix_cache()
+        out[name] = closed_loop(server, argparse.Namespace(**{**vars(args), "workload": "chat", "extras": extras}),
+                                args.concurrency, args.requests)
+    off, on = out["off"]["tokens_per_s"], out["on"]["tokens_per_s"]
+    out["tokens_per_s_on_over_off"] = round(on / off, 3) if off and on else None
+    print(f"decode tokens/s: extras off {off}, on {on}", file=sys.stderr, flush=True)
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     modes = {"both": [True, False], "on": [True], "off": [False]}[args.backpressure]
     payload: dict = {"command": command_line(), "machine": machine_info(), "git": git_state(),
@@ -205,6 +223,8 @@ def run(args: argparse.Namespace) -> dict:
                 run_out["concurrent"] = closed_loop(server, args, args.concurrency, args.requests)
                 seq, con = run_out["sequential"]["requests_per_s"], run_out["concurrent"]["requests_per_s"]
                 run_out["speedup"] = round(con / seq, 3) if seq and con else None
+            if args.sampling_cost and bp == modes[0]:
+                run_out["sampling_cost"] = sampling_cost(server, args)
             sweep = []
             sweep_offset = args.requests  # fresh questions from here on
             for rate in args.rates:
@@ -243,7 +263,10 @@ def main(argv=None) -> int:
     p.add_argument("--requests", type=int, default=16, help="requests per measurement (upper bound)")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--max-time", type=float, default=600.0, help="seconds per closed-loop measurement (bound)")
-    p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[0.1, 0.2, 0.4, 0.8])
+    p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",") if x], default=[0.1, 0.2, 0.4, 0.8],
+                   help="offered rates of the sweep ('' = no sweep)")
+    p.add_argument("--sampling-cost", action="store_true", help="also: chat decode tokens/s with logprobs and "
+                   "penalties on vs off (first server)")
     p.add_argument("--sweep-time", type=float, default=60.0, help="seconds of arrivals per rate")
     p.add_argument("--sweep-requests", type=int, default=40, help="most requests per rate of the sweep")
     p.add_argument("--min-served-fraction", type=float, default=0.8,

@@ -46,9 +46,7 @@ def step_collectives(cfg: ModelConfig, params, spec: str, rules: dict) -> dict:
     decode = runner.pack([Chunk([1, 2], 20, [7], rows=[0]), Chunk([3], 5, [8], rows=[0])])
 
     def extra(step):
-        r = step.rows.shape[0]
-        return (np.zeros(r, np.float32), np.zeros(r, np.int32), np.ones(r, np.float32), np.zeros(r, np.uint32),
-                np.zeros(r, np.int32))
+        return SamplingBatch.greedy(step.rows.shape[0]), runner.penalties.state
 
     lowered = {"prefill": runner.lower_step("sample", prefill, *extra(prefill)),
                "tree_score": runner.lower_step("score", tree, np.zeros(tree.rows.shape[0], np.int32)),
