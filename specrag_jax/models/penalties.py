@@ -7,7 +7,9 @@ every prompt: the prompt is padded to the context length), and every sampling st
 in place (donated). Semantics as vLLM's ``apply_penalties``: repetition first over prompt + output
 (``l / r`` where ``l > 0``, ``l * r`` elsewhere), then ``l - f * count - p * (count > 0)`` over the output.
 A batch without penalties takes the ``lax.cond`` branch that returns the logits untouched (the old path,
-bit for bit, without the gather).
+bit for bit, without the gather). Speculation: each tree node's row is penalised with the sequence's counts
+plus the tree tokens on the node's path (``penalize_tree``), exactly what plain decoding would see after
+accepting that path; the step then counts the emitted tokens (``record_tree``).
 """
 
 from __future__ import annotations
@@ -30,13 +32,42 @@ class PenaltyState:
     seen: jax.Array  # [N, V] bool: tokens of the slot's prompt
 
 
+def _apply(logits: jax.Array, counts: jax.Array, seen: jax.Array, batch) -> jax.Array:
+    """``logits [R, ..., V]`` penalised from output ``counts`` and prompt ``seen`` of the same shape."""
+    col = lambda x: x.reshape(x.shape + (1,) * (logits.ndim - 1))  # noqa: E731  [R] -> [R, 1, ...]
+    seen = seen | (counts > 0)
+    rep = col(batch.repetition)
+    out = jnp.where(seen, jnp.where(logits > 0, logits / rep, logits * rep), logits)
+    return out - col(batch.frequency) * counts.astype(jnp.float32) - col(batch.presence) * (counts > 0)
+
+
 def penalize(logits: jax.Array, batch, state: PenaltyState) -> jax.Array:
     """Float32 ``logits [R, V]`` with each row's penalties applied (``batch``: a ``SamplingBatch``)."""
-    counts = state.counts[batch.slots]
-    seen = state.seen[batch.slots] | (counts > 0)
-    rep = batch.repetition[:, None]
-    out = jnp.where(seen, jnp.where(logits > 0, logits / rep, logits * rep), logits)
-    return out - batch.frequency[:, None] * counts.astype(jnp.float32) - batch.presence[:, None] * (counts > 0)
+    return _apply(logits, state.counts[batch.slots], state.seen[batch.slots], batch)
+
+
+def path_tokens(tokens: jax.Array, parents: jax.Array) -> jax.Array:
+    """``[S, B, B]`` 0/1: entry ``[s, c, a]`` is 1 when node ``a`` (not the root) lies on the path from the root to
+    node ``c`` (``c`` included): the tokens row ``c``'s context holds beyond the sequence's counted output."""
+    b = tokens.shape[-1]
+    node = jnp.broadcast_to(jnp.arange(b), parents.shape)
+
+    def up(_, state):
+        on_path, node = state
+        on_path = on_path + jax.nn.one_hot(jnp.where(node > 0, node, b), b, dtype=jnp.float32)  # root: no row
+        return on_path, jnp.where(node > 0, jnp.take_along_axis(parents, jnp.maximum(node, 0), axis=-1), -1)
+
+    on_path, _ = jax.lax.fori_loop(0, b, up, (jnp.zeros(parents.shape + (b,), jnp.float32), node))
+    return on_path
+
+
+def penalize_tree(logits: jax.Array, tokens: jax.Array, parents: jax.Array, batch, state: PenaltyState) -> jax.Array:
+    """Verifier ``logits [S, B, V]`` of stacked token trees penalised as plain decoding would at each node: the
+    sequence's counts plus the tree tokens on the node's path (its own included, the root already counted)."""
+    extra = jnp.einsum("sca,sav->scv", path_tokens(tokens, parents),
+                       jax.nn.one_hot(tokens, logits.shape[-1], dtype=jnp.float32))
+    counts = state.counts[batch.slots][:, None, :] + extra.astype(jnp.int32)
+    return _apply(logits, counts, jnp.broadcast_to(state.seen[batch.slots][:, None, :], logits.shape), batch)
 
 
 def penalized_logits(logits: jax.Array, batch, state: PenaltyState) -> jax.Array:
@@ -44,11 +75,26 @@ def penalized_logits(logits: jax.Array, batch, state: PenaltyState) -> jax.Array
     return jax.lax.cond(jnp.any(batch.slots > 0), lambda x: penalize(x, batch, state), lambda x: x, logits)
 
 
+def penalized_tree_logits(logits: jax.Array, tokens: jax.Array, parents: jax.Array, batch,
+                          state: PenaltyState) -> jax.Array:
+    """``penalize_tree`` when a sequence has a count slot, else ``logits`` unchanged."""
+    return jax.lax.cond(jnp.any(batch.slots > 0), lambda x: penalize_tree(x, tokens, parents, batch, state),
+                        lambda x: x, logits)
+
+
 @functools.partial(jax.jit, donate_argnums=0)
 def _record(state: PenaltyState, slots: jax.Array, ids: jax.Array) -> PenaltyState:
     """Add one sampled token per row to its slot's counts; slot 0 (no penalties, padding) is not written."""
     rows = jnp.where(slots > 0, slots, state.counts.shape[0])  # out of range: dropped
     return PenaltyState(state.counts.at[rows, ids].add(1, mode="drop"), state.seen)
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _record_tree(state: PenaltyState, slots: jax.Array, num_accepted: jax.Array, tokens: jax.Array) -> PenaltyState:
+    """Add a speculation step's emitted tokens (``tokens[s, :n + 1]``) to each sequence's slot."""
+    k = jnp.arange(tokens.shape[1])[None, :]
+    rows = jnp.where((slots[:, None] > 0) & (k <= num_accepted[:, None]), slots[:, None], state.counts.shape[0])
+    return PenaltyState(state.counts.at[rows, tokens].add(1, mode="drop"), state.seen)
 
 
 @functools.partial(jax.jit, donate_argnums=0)
@@ -103,12 +149,20 @@ class PenaltyTable:
         if slot > 0:
             self._free.append(slot)
 
-    def warm(self, rows: Iterable[int]) -> None:
-        """Compile the slot fill and, per step row bucket, the count update (tiny programs) before serving."""
+    def warm(self, rows: Iterable[int], trees: Iterable[tuple[int, int]] = ()) -> None:
+        """Compile the slot fill and the count updates (tiny programs) before serving: per sampling step row
+        bucket, and per speculation step shape ``(sequences, tree budget)``."""
         self.release(self.acquire([]))
+        put = lambda *shape: jax.device_put(np.zeros(shape, np.int32), self.device)  # noqa: E731
         for r in sorted(set(rows)):
-            self.record(np.zeros(r, np.int32), jax.device_put(np.zeros(r, np.int32), self.device))
+            self.record(np.zeros(r, np.int32), put(r))
+        for s, b in sorted(set(trees)):
+            self.record_tree(np.zeros(s, np.int32), put(s), put(s, b))
 
     def record(self, slots: np.ndarray, ids: jax.Array) -> None:
         """Count the step's sampled ``ids`` (still on device) for the rows with a slot."""
         self.state = _record(self.state, slots, ids)
+
+    def record_tree(self, slots: np.ndarray, num_accepted: jax.Array, tokens: jax.Array) -> None:
+        """Count a speculation step's emitted tokens (device arrays ``[S]`` and ``[S, B]``)."""
+        self.state = _record_tree(self.state, slots, num_accepted, tokens)

@@ -70,7 +70,7 @@ _logits_step = jax.jit(_logits_body, static_argnames=_STATIC, donate_argnames=("
 _speculate_step = jax.jit(speculate_body, static_argnames=_STATIC + ("greedy_only",), donate_argnames=("pool",))
 # Sharded runs: the body, the number of per-step inputs after (params, pool), the number of outputs before the pool.
 _BODIES = {"sample": (_sample_body, 5, 4), "score": (_score_body_vocab_parallel, 4, 1), "logits": (_logits_body, 3, 1),
-           "speculate": (speculate_body, 4, 6)}
+           "speculate": (speculate_body, 5, 6)}
 # Single-device runs through stored exports: the same, with the chunked-vocabulary scoring of ``_score_step``.
 _BODIES_UNSHARDED = {**_BODIES, "score": (_score_body, 4, 1)}
 
@@ -192,21 +192,21 @@ class ModelRunner:
     def speculate(self, step: PackedStep, trees: TokenTree, sampling: SamplingBatch):
         """Verify stacked token trees [S, B] packed back to back in ``step`` (``S * B`` tokens, sequence s at
         rows ``s * B ..``), accept per sequence and keep the accepted path's K/V contiguous (``spec_step``).
-        ``sampling``: one row per tree, without penalties (penalised sequences decode plainly).
+        ``sampling``: one row per tree; penalised rows see, at each node, their counts plus the node's path.
 
         Returns numpy (path, num_accepted, tokens, logprobs, top_ids, top_logprobs) for the real sequences."""
         s, b = trees.tokens.shape
         s_pad = step.meta.page_table.shape[0]
         if step.tokens.shape[0] != s_pad * b:
             raise SpecRagError(f"a speculation step packs {s_pad} trees of {b} tokens, got {step.tokens.shape[0]}")
-        if sampling.penalized:
-            raise SpecRagError("speculation steps take no penalties (penalised sequences decode plainly)")
         batch = sampling.padded(s_pad)
         *out, self.pool = self._run(
-            "speculate", step.tokens, step.meta, pad_trees(trees, s_pad), batch,
+            "speculate", step.tokens, step.meta, pad_trees(trees, s_pad), batch, self.penalties.state,
             cfg=self.cfg, impl=self.attention_impl, tree=True, decode=False, greedy_only=batch.greedy_only(s),
             dtype=self.dtype,
         )
+        if batch.penalized:
+            self.penalties.record_tree(batch.slots, out[1], out[2])
         return tuple(np.asarray(x)[:s] for x in out)
 
     # ---------------------------------------------------------------- sharded execution

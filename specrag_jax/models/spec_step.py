@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specrag_jax.kernels import KVPool
+from specrag_jax.models.penalties import PenaltyState, penalized_tree_logits
 from specrag_jax.models.sampler import top_logprobs
 from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.spec_accept import accept_trees
@@ -49,8 +50,8 @@ def compact_accepted(pool: KVPool, slots: jax.Array, path: jax.Array) -> KVPool:
     return KVPool(k=tuple(moved(x) for x in pool.k), v=tuple(moved(x) for x in pool.v))
 
 
-def speculate_body(params, pool, tokens, meta, trees: TokenTree, batch: SamplingBatch, *, cfg, impl, tree, decode,
-                   greedy_only, dtype, attention_mesh=None):
+def speculate_body(params, pool, tokens, meta, trees: TokenTree, batch: SamplingBatch, penalties: PenaltyState, *,
+                   cfg, impl, tree, decode, greedy_only, dtype, attention_mesh=None):
     """Forward the packed trees, accept per sequence, compact the K/V:
     ``(path, n, tokens, logprobs, top_ids, top_logprobs, pool)``; ``top_*[s, k]``: the most likely tokens at the
     row that emitted ``tokens[s, k]`` (the verifier's own distribution, as plain decoding reports it)."""
@@ -59,6 +60,7 @@ def speculate_body(params, pool, tokens, meta, trees: TokenTree, batch: Sampling
                                                                                     meta, pool)
     s, b = trees.tokens.shape
     logits = logits_at(params, cfg, hidden[: s * b]).reshape(s, b, -1).astype(jnp.float32)
+    logits = penalized_tree_logits(logits, trees.tokens, trees.parents, batch, penalties)  # each node as plain
     keys = jax.vmap(lambda seed, step: jax.random.fold_in(jax.random.PRNGKey(seed), step))(batch.seeds, batch.steps)
     result = accept_trees(logits, trees, batch.temperature, batch.top_k, batch.top_p, keys, greedy_only=greedy_only)
     pool = compact_accepted(pool, meta.write_slots[: s * b].reshape(s, b), result.path)

@@ -52,8 +52,8 @@ class SpecWork:
 
     def run(self, runner: ModelRunner, cfg: SchedulerConfig):
         step = runner.pack(self.chunks, token_bucket=self.width * self.budget, min_seqs=self.width)
-        return runner.speculate(step, stack_trees(self.trees),
-                                SamplingBatch.of([s.sampling for s in self.seqs], [len(s.out) for s in self.seqs]))
+        return runner.speculate(step, stack_trees(self.trees), SamplingBatch.of(
+            [s.sampling for s in self.seqs], [len(s.out) for s in self.seqs], [s.penalty_slot for s in self.seqs]))
 
 
 class SpecPlanner:
@@ -86,8 +86,7 @@ class SpecPlanner:
         """The speculation step for the ready sequences among ``decoding``, or None (nothing ready, or no tree
         fits the token budget: they decode plainly)."""
         eng = self.engine
-        cands = [s for s in decoding if s.req.speculation is not None and s.spec_stats is not None
-                 and not s.sampling.penalized]  # penalised sequences decode plainly (counts per tree node: not yet)
+        cands = [s for s in decoding if s.req.speculation is not None and s.spec_stats is not None]
         keep = set(cands)
         self._cache = {s: v for s, v in self._cache.items() if s in keep}
         self.fell_back = False

@@ -174,7 +174,8 @@ def warmup(engine: "Engine", level: str = "full", sampled: bool = True, score: b
     with CompileClock() as clock:
         for shape in todo:
             _run_shape(engine, shape)
-        engine.runner.penalties.warm(s.seqs for s in todo if s.kind in ("decode", "prefill"))
+        engine.runner.penalties.warm([s.seqs for s in todo if s.kind in ("decode", "prefill")],
+                                     [(s.seqs, s.tokens // s.seqs) for s in todo if s.kind == "speculate"])
     report = WarmupReport(len(todo), time.perf_counter() - t0, clock.seconds)
     engine.counters["warmup_programs"] += report.programs
     engine.counters["warmup_s"] += round(report.seconds, 2)

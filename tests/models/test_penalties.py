@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.penalties import PenaltyTable, penalize
+from specrag_jax.models.penalties import PenaltyTable, penalize, penalize_tree
 from specrag_jax.models.sampler import sample_tokens
 from specrag_jax.models.sampling import MAX_TOP_LOGPROBS, SamplingParams
 from specrag_jax.models.sampling_batch import SamplingBatch
+from specrag_jax.models.spec_tree import build_tree, stack_trees
 
 V = 40
 
@@ -119,3 +120,25 @@ def test_slots_are_reused_clean_and_bounded():
         SamplingParams(repetition_penalty=0.0)
     with pytest.raises(SpecRagError, match="top_logprobs"):
         SamplingParams(top_logprobs=MAX_TOP_LOGPROBS + 1)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.lists(st.integers(0, V - 1), min_size=1, max_size=4), min_size=1, max_size=3), tokens, tokens,
+       penalty, penalty, repetition)
+def test_tree_nodes_are_penalised_as_plain_decoding_after_their_path(props, prompt, out, p, f, r):
+    tree = build_tree(props, out[-1] if out else 1, 16, vocab_size=V)
+    table, slots = table_with([(prompt, out)])
+    batch = SamplingBatch.of([SamplingParams(presence_penalty=p, frequency_penalty=f, repetition_penalty=r)], [0],
+                             slots)
+    logits = np.random.default_rng(len(out)).standard_normal((1, 16, V)).astype(np.float32) * 5
+    trees = stack_trees([tree])
+    got = np.asarray(jax.jit(penalize_tree)(logits, trees.tokens, trees.parents, batch, table.state))[0]
+    parents, toks = np.asarray(tree.parents), np.asarray(tree.tokens)
+    for c in range(1, tree.num_tokens):  # the root's row: the counts alone
+        path, node = [], c
+        while node > 0:
+            path.append(int(toks[node]))
+            node = int(parents[node])
+        want = penalize_ref(logits[0, c], prompt, list(out) + path[::-1], p, f, r)
+        np.testing.assert_allclose(got[c], want, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(got[0], penalize_ref(logits[0, 0], prompt, out, p, f, r), rtol=1e-6, atol=1e-5)

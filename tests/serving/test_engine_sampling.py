@@ -81,12 +81,21 @@ def test_speculation_returns_the_plain_tokens_and_logprobs(tiny_model):
         np.testing.assert_allclose([v for _, v in g.top_logprobs], [v for _, v in w.top_logprobs], atol=1e-4)
 
 
-def test_penalised_sequences_decode_plainly_under_speculation(tiny_model):
-    sp = SamplingParams(frequency_penalty=1.0)
-    [plain] = run(Engine(tiny_model.runner, name="plain"), [], [REPEATING], sp, max_new_tokens=10)
+@pytest.mark.parametrize("sp", [SamplingParams(frequency_penalty=0.3, presence_penalty=0.1, top_logprobs=3),
+                                SamplingParams(repetition_penalty=1.3, top_logprobs=3)])
+def test_penalised_speculation_returns_the_plain_tokens_and_logprobs(tiny_model, sp):
+    """Each tree node is penalised with the counts plus its own path: the same text as plain decoding."""
+    prompts = [REPEATING[i:] for i in range(3)]
+    plain = run(Engine(tiny_model.runner, name="plain"), [], prompts, sp, max_new_tokens=20)
+    [unpenalised] = run(Engine(tiny_model.runner, name="free"), [], prompts[:1], SamplingParams(), max_new_tokens=20)
+    assert plain[0].token_ids != unpenalised.token_ids  # the penalties matter here
     eng = Engine(tiny_model.runner, name="spec")
-    [spec] = run(eng, [], [REPEATING], sp, max_new_tokens=10, speculation=Speculation(NgramProposer(), 16))
-    assert spec.token_ids == plain.token_ids and eng.counters["spec_steps"] == 0
+    spec = run(eng, [], prompts, sp, max_new_tokens=20, speculation=Speculation(NgramProposer(), 16))
+    assert eng.counters["spec_accepted"] > 0
+    for g, w in zip(spec, plain):
+        assert g.token_ids == w.token_ids
+        np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-4)
+        np.testing.assert_allclose([v for _, v in g.top_logprobs], [v for _, v in w.top_logprobs], atol=1e-4)
     assert tiny_model.runner.penalties.num_free == tiny_model.runner.penalties.capacity  # slots returned
 
 
