@@ -71,10 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True, help="an evaluation file (RetrievalQA, Self-RAG or MuSiQue)")
     p.add_argument("--to", required=True, choices=sorted(WRITERS))
     p.add_argument("--out", required=True, help="file to write")
-    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--limit", type=int, default=None, help="write at most LIMIT rows (after --every)")
+    p.add_argument("--every", type=int, default=1, metavar="N",
+                   help="keep every N-th row (1, 1+N, ...): a slice across a file sorted by source")
     p.add_argument("--array", action="store_true", help="one JSON array instead of JSON lines")
     args = p.parse_args(argv)
-    rows = load_rows(args.data, limit=args.limit).rows
+    if args.every < 1 or (args.limit is not None and args.limit < 1):
+        p.error(f"--every and --limit must be >= 1 (got {args.every}, {args.limit})")
+    stop = None if args.limit is None else args.every * (args.limit - 1) + 1
+    rows = load_rows(args.data, limit=stop).rows[:: args.every]
     WRITERS[args.to](rows, args.out, args.array)
     print(f"{len(rows)} rows -> {args.out}", file=sys.stderr)
     return 0

@@ -30,6 +30,7 @@ from benchmarks.common import RESULTS_DIR, loadavg, run_header, write_results  #
 from specrag_jax.kernels import chain_parents  # noqa: E402
 from specrag_jax.models.packing import Chunk, pack_chunks  # noqa: E402
 from specrag_jax.models.runner import ModelRunner  # noqa: E402
+from specrag_jax.models.sampling_batch import SamplingBatch  # noqa: E402
 from specrag_jax.models.text_model import TextModel  # noqa: E402
 
 PREFIX, BRANCH, M = 512, 64, 5
@@ -155,7 +156,7 @@ def decode_paged_vs_contiguous(model: TextModel, repeats: int) -> dict:
         r.allocator.release(held[1::2] if page_size == 16 else held)
         pages = r.allocator.allocate(-(-1024 // page_size))
         step = r.pack([Chunk(pages, 1000, [5], rows=[0])], token_bucket=1)
-        out[f"{label}_step_ms"] = 1e3 * timed(lambda: r.sample(step, [0.0], [0], [1.0], [0], [0]), repeats * 5)
+        out[f"{label}_step_ms"] = 1e3 * timed(lambda: r.sample(step, SamplingBatch.greedy(1)), repeats * 5)
     out["paged_over_contiguous"] = out["paged_16_step_ms"] / out["contiguous_step_ms"]
     return out
 

@@ -28,6 +28,7 @@ from benchmarks.common import RESULTS_DIR, OtherLoad, loadavg, run_header, write
 from specrag_jax.models.config import ModelConfig, tiny_config  # noqa: E402
 from specrag_jax.models.packing import Chunk  # noqa: E402
 from specrag_jax.models.runner import ModelRunner  # noqa: E402
+from specrag_jax.models.sampling_batch import SamplingBatch  # noqa: E402
 from specrag_jax.models.transformer import init_params  # noqa: E402
 
 
@@ -46,8 +47,7 @@ def time_decode(runner: ModelRunner, batch: int, context: int, min_repeats: int,
     pages_per_seq = -(-(context + 1) // runner.page_size)
     chunks = [Chunk(runner.allocator.allocate(pages_per_seq), context, [5 + b], rows=[0]) for b in range(batch)]
     step = runner.pack(chunks)
-    zeros = [0] * batch
-    call = lambda: runner.sample(step, [0.0] * batch, zeros, [1.0] * batch, zeros, zeros)  # noqa: E731
+    call = lambda: runner.sample(step, SamplingBatch.greedy(batch))  # noqa: E731
     t0 = time.perf_counter()
     call()
     first = time.perf_counter() - t0

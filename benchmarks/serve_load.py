@@ -8,6 +8,8 @@ whose p95 stays under a stated bound. Results (with the command) go to benchmark
 
     nice -n 19 .venv/bin/python benchmarks/serve_load.py                  # real models, RAG requests
     .venv/bin/python benchmarks/serve_load.py --drafter tiny:llama --verifier tiny:gemma3 --requests 8
+    .venv/bin/python benchmarks/serve_load.py --workload chat --max-tokens 48 --backpressure on --rates '' \
+        --sampling-cost --out benchmarks/results/serve_load_sampling_cost.json   # logprobs + penalties on vs off
 """
 
 from __future__ import annotations
@@ -58,10 +60,14 @@ def rag_body(i: int, m: int, k: int) -> dict:
     return {"question": question, "documents": docs, "m": m, "k": k}
 
 
-def completion_body(i: int, max_tokens: int) -> dict:
+EXTRAS = {"logprobs": True, "top_logprobs": 5, "presence_penalty": 0.5, "frequency_penalty": 0.5,
+          "repetition_penalty": 1.1}  # --sampling-cost: the same chat requests with and without these
+
+
+def completion_body(i: int, max_tokens: int, extras: bool = False) -> dict:
     country, city, _ = TOPICS[i % len(TOPICS)]
     return {"messages": [{"role": "user", "content": f"Tell me about {city}, the capital of {country}."}],
-            "max_tokens": max_tokens}
+            "max_tokens": max_tokens, **(EXTRAS if extras else {})}
 
 
 def _free_port() -> int:
@@ -116,7 +122,7 @@ class Server:
 
 def _post(client: httpx.Client, server: Server, args: argparse.Namespace, i: int) -> tuple[float, int]:
     path, body = (("/v1/rag", rag_body(i, args.m, args.k)) if args.workload == "rag"
-                  else ("/v1/chat/completions", completion_body(i, args.max_tokens)))
+                  else ("/v1/chat/completions", completion_body(i, args.max_tokens, getattr(args, "extras", False))))
     t0 = time.perf_counter()
     r = client.post(server.base + path, json=body, timeout=args.request_timeout)
     return time.perf_counter() - t0, r.status_code
@@ -181,6 +187,23 @@ def _max_map_count() -> int | None:
         return None
 
 
+def sampling_cost(server: Server, args: argparse.Namespace, rounds: int = 2) -> dict:
+    """Concurrent chat decoding with logprobs (top 5) and all three penalties on vs off, the same requests (each
+    from a cold prefix cache), alternating ``rounds`` times: generated tokens/s both ways (best round) and the ratio."""
+    out: dict = {"extras": EXTRAS, "off": [], "on": []}
+    for _ in range(rounds):
+        for name, extras in (("off", False), ("on", True)):
+            server.reset_prefix_cache()
+            out[name].append(closed_loop(server, argparse.Namespace(**{**vars(args), "workload": "chat",
+                                                                        "extras": extras}),
+                                         args.concurrency, args.requests))
+    off, on = (max(r["tokens_per_s"] or 0 for r in out[k]) for k in ("off", "on"))
+    out["best_tokens_per_s"] = {"off": off, "on": on}
+    out["tokens_per_s_on_over_off"] = round(on / off, 3) if off and on else None
+    print(f"decode tokens/s (best of {rounds}): extras off {off}, on {on}", file=sys.stderr, flush=True)
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     modes = {"both": [True, False], "on": [True], "off": [False]}[args.backpressure]
     payload: dict = {"command": command_line(), "machine": machine_info(), "git": git_state(),
@@ -205,6 +228,8 @@ def run(args: argparse.Namespace) -> dict:
                 run_out["concurrent"] = closed_loop(server, args, args.concurrency, args.requests)
                 seq, con = run_out["sequential"]["requests_per_s"], run_out["concurrent"]["requests_per_s"]
                 run_out["speedup"] = round(con / seq, 3) if seq and con else None
+            if args.sampling_cost and bp == modes[0]:
+                run_out["sampling_cost"] = sampling_cost(server, args)
             sweep = []
             sweep_offset = args.requests  # fresh questions from here on
             for rate in args.rates:
@@ -243,7 +268,10 @@ def main(argv=None) -> int:
     p.add_argument("--requests", type=int, default=16, help="requests per measurement (upper bound)")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--max-time", type=float, default=600.0, help="seconds per closed-loop measurement (bound)")
-    p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[0.1, 0.2, 0.4, 0.8])
+    p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",") if x], default=[0.1, 0.2, 0.4, 0.8],
+                   help="offered rates of the sweep ('' = no sweep)")
+    p.add_argument("--sampling-cost", action="store_true", help="also: chat decode tokens/s with logprobs and "
+                   "penalties on vs off (first server)")
     p.add_argument("--sweep-time", type=float, default=60.0, help="seconds of arrivals per rate")
     p.add_argument("--sweep-requests", type=int, default=40, help="most requests per rate of the sweep")
     p.add_argument("--min-served-fraction", type=float, default=0.8,

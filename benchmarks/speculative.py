@@ -29,6 +29,7 @@ from benchmarks.common import loadavg, run_header, write_results  # noqa: E402
 from specrag_jax.compile_time import CompileClock  # noqa: E402
 from specrag_jax.models.packing import Chunk  # noqa: E402
 from specrag_jax.models.sampling import SamplingParams  # noqa: E402
+from specrag_jax.models.sampling_batch import SamplingBatch  # noqa: E402
 from specrag_jax.models.spec_tree import build_tree, stack_trees  # noqa: E402
 from specrag_jax.models.speculative import SpeculationStats, combine_stats  # noqa: E402
 from specrag_jax.pipeline.evaluation import load_questions  # noqa: E402
@@ -95,15 +96,15 @@ def step_costs(model, ids: list[int], budgets, repeats: int) -> dict:
             return min(times)
 
         decode = best(lambda: r.sample(r.pack([Chunk(pages, n, [ids[-1]], rows=[0])], token_bucket=1),
-                                       [0.0], [0], [1.0], [0], [0]))
+                                       SamplingBatch.greedy(1)))
         out = {"context_tokens": n, "decode_step_s": decode, "tree_step_s": {}}
         rng = np.random.default_rng(0)
         for b in budgets:
             props = [rng.integers(0, r.cfg.vocab_size, (b - 1) // 4).tolist() for _ in range(4)]
             tree = build_tree(props, ids[-1], b)
             chunk = Chunk(pages, n, tree.tokens, parents=tree.parents, positions=tree.positions(n))
-            t = best(lambda: r.speculate(r.pack([chunk], token_bucket=b), stack_trees([tree]), [0.0], [0], [1.0],
-                                         [0], [0]))
+            t = best(lambda: r.speculate(r.pack([chunk], token_bucket=b), stack_trees([tree]),
+                                         SamplingBatch.greedy(1)))
             out["tree_step_s"][str(b)] = t
             out.setdefault("tree_vs_decode", {})[str(b)] = round(t / decode, 3)
         return out

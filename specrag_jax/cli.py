@@ -252,7 +252,11 @@ def _ask(args: argparse.Namespace) -> int:
 def _add_eval(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="accuracy and latency of each method on a RetrievalQA, Self-RAG or MuSiQue "
                                     "file")
-    p.add_argument("--data", required=True)
+    p.add_argument("--data", action="append", default=[], metavar="FILE",
+                   help="evaluation file (RetrievalQA, Self-RAG or MuSiQue); repeat it to run a suite (Table 1)")
+    p.add_argument("--suite", default=None, metavar="DIR",
+                   help="run every *.jsonl/*.json file in DIR (format and task of each inferred) and write Table 1 "
+                        "(table.json, table.md, and each file's results in a subfolder of --out)")
     p.add_argument("--methods", default="closed_book,standard,speculative,drafter_only,random_draft")
     p.add_argument("--offset", type=int, default=0,
                    help="skip the first OFFSET questions (e.g. the ones a drafter adapter was trained on)")
@@ -266,8 +270,9 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 
     p.add_argument("--format", default="auto", choices=("auto",) + FORMATS,
                    help="the data file's format (auto: from the first row's fields)")
-    p.add_argument("--task", default=None, choices=tuple(TASKS),
-                   help="the metric and the paper's --n-docs/--m/--k defaults (default: from the format and fields)")
+    p.add_argument("--task", default=None, metavar="|".join(TASKS),
+                   help="the metric and the paper's --n-docs/--m/--k defaults (default: from the format and fields; "
+                        "an unknown task is a one-line error)")
     _add_rag_options(p)
     p.set_defaults(n_docs=None, m=None, k=None)  # filled from the task's defaults in _eval
 
@@ -275,49 +280,37 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from specrag_jax.pipeline.datasets import load_rows, task_defaults
+    from specrag_jax.pipeline.datasets import load_rows
     from specrag_jax.pipeline.evaluation import evaluate, plot_accuracy_latency
-    from specrag_jax.rerank.options import rerank_json
+    from specrag_jax.pipeline.suite import file_settings, write_results
+    from specrag_jax.pipeline.suite_cli import eval_config, eval_suite
     from specrag_jax.retrieval import load_corpus
 
     if args.limit is not None and args.limit < 1:
         raise SpecRagError(f"--limit must be >= 1 (got {args.limit})")
     if args.offset < 0:
         raise SpecRagError(f"--offset must be >= 0 (got {args.offset})")
+    if args.suite is None and not args.data:
+        raise SpecRagError("eval needs --data FILE (repeat it for a suite) or --suite DIR")
     stop = None if args.limit is None or args.split != "all" else args.offset + args.limit  # read no further
+    if args.suite is not None or len(args.data) > 1:  # Table 1 (pipeline/suite_cli.py)
+        return eval_suite(args, stop, lambda: _build_rag(args, None, _rag_config(args)),
+                          lambda rows, path: _pick_rows(args, rows, path))
+    args.data = args.data[0]
     data = load_rows(args.data, args.format, args.task, stop)
-    for name, value in task_defaults(data.task).items():  # the paper's n_docs, m, k unless given
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    rows = split_rows(data.rows, args.split, args.holdout_fraction)[args.offset:]
-    rows = rows if args.limit is None else rows[: args.limit]
-    if not rows:
-        raise SpecRagError(f"--split {args.split} --offset {args.offset} leaves no questions in {args.data}")
+    for name, value in file_settings(data.task, vars(args)).items():  # the paper's n_docs, m, k unless given
+        setattr(args, name, value)
+    rows = _pick_rows(args, data.rows, args.data)
     methods = [m for m in args.methods.split(",") if m]
     config = _rag_config(args)
     corpus = None if args.corpus is None else load_corpus(args.corpus)  # a bad corpus fails before loading
     rag = _build_rag(args, corpus, config)
     results = evaluate(rag, rows, methods, progress=not (args.json or args.quiet), corpus=corpus)
     predictions = results.pop("predictions")
-    results["config"] = {"data": args.data, "format": data.format, "task": data.task, "split": args.split,
-                         "holdout_fraction": args.holdout_fraction,
-                         "offset": args.offset, "limit": args.limit, "drafter": args.drafter,
-                         "drafter_adapter": rag.drafter_adapter, "max_seq_len": args.max_seq_len,
-                         "verifier": args.verifier, "n_docs": config.n_docs, "m": config.m, "k": config.k,
-                         "normalize": config.scores.normalize, "terms": list(config.scores.terms),
-                         "selection": config.selection,
-                         "sr": config.scores.sr, "tau_min": config.tau_min, "fallback": config.fallback,
-                         "consensus": config.consensus, "seed": config.seed,
-                         "verifier_prompt": config.verifier_prompt,
-                         "verifier_chat": rag.verifier_chat,
-                         "proposer": config.proposer, "tree_budget": config.tree_budget,
-                         **rerank_json(config), "corpus": args.corpus,
-                         "command": "specrag " + " ".join(sys.argv[1:])}
+    results["config"] = eval_config(args, args.data, data, rag, config)
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2))
-        (out / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in predictions))
+        write_results(out, results, predictions)
         plot_accuracy_latency(results, out / "accuracy_vs_latency.png")
     if args.json:
         print(json.dumps(results))
@@ -326,6 +319,15 @@ def _eval(args: argparse.Namespace) -> int:
             print(f"{name:14s} acc {100 * m['accuracy']:5.1f}%  latency mean {m['latency_s']['mean']:.2f}s "
                   f"p95 {m['latency_s']['p95']:.2f}s  tokens/q {m['tokens']['per_question']:.0f}")
     return 0
+
+
+def _pick_rows(args: argparse.Namespace, rows: list[dict], path) -> list[dict]:
+    """The rows ``--split``, ``--offset`` and ``--limit`` keep (a one-line error when none)."""
+    rows = split_rows(rows, args.split, args.holdout_fraction)[args.offset:]
+    rows = rows if args.limit is None else rows[: args.limit]
+    if not rows:
+        raise SpecRagError(f"--split {args.split} --offset {args.offset} leaves no questions in {path}")
+    return rows
 
 
 def enable_compilation_cache() -> None:

@@ -6,7 +6,8 @@ entry was built from) and ``files.json`` (every file under ``params/`` with its 
 built in a temporary sibling directory and renamed into place, so a reader never sees half of
 one; an entry whose file list, config or arrays do not check out is deleted and rebuilt. (Until
 CACHE_FORMAT 2 this was an orbax checkpoint; restoring Qwen2.5-1.5B's 6.2 GB took 27 s that way, 2 s
-memory-mapped.)
+memory-mapped.) A GGUF source is dequantised straight into a memory map of the new entry's file (``build``),
+which is then read back as a hit: the converted tree is never held in memory and written a second time.
 """
 
 from __future__ import annotations
@@ -47,13 +48,6 @@ def config_to_json(cfg: ModelConfig) -> str:
 def config_from_json(text: str) -> ModelConfig:
     data = json.loads(text)  # JSON lists back to tuples (eos_token_ids, layer_types): the config stays hashable
     return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
-
-
-def save_params(directory: str | Path, params: dict[str, Any]) -> None:
-    """Write ``params`` (jax or numpy arrays) as ``directory/model.safetensors`` (``directory`` must not exist)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True)
-    save_tree(directory / PARAMS_FILE, params)
 
 
 class ShardingFailed(SpecRagError):
@@ -108,11 +102,16 @@ def _read_entry(entry: Path, key: dict[str, Any],
     return cfg, restore_params(entry / "params", cfg, key["dtype"], shardings)
 
 
-def _write_entry(cache_dir: Path, entry: Path, key: dict[str, Any], cfg: ModelConfig, params: dict[str, Any]) -> None:
+Builder = Callable[[Path], ModelConfig]  # writes the params file at the given path, returns the model's config
+
+
+def _write_entry(cache_dir: Path, entry: Path, key: dict[str, Any], build: Builder) -> None:
+    """Build an entry in a temporary sibling and rename it into place (a reader never sees half of one)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.name}-", dir=cache_dir))
     try:
-        save_params(tmp / "params", params)
+        (tmp / "params").mkdir()
+        cfg = build(tmp / "params" / PARAMS_FILE)
         (tmp / "config.json").write_text(config_to_json(cfg))
         (tmp / "key.json").write_text(json.dumps(key, sort_keys=True))
         (tmp / "files.json").write_text(json.dumps(_file_list(tmp / "params")))
@@ -151,6 +150,7 @@ def load_params_cached(
     cache_dir: str | Path | None = None,
     dtype: str = "float32",
     shardings: ShardingsFn | None = None,
+    build: Builder | None = None,
 ) -> tuple[ModelConfig, dict[str, Any], CacheResult]:
     """Return ``(cfg, params)`` for ``source_path`` from the cache, or call ``loader()`` and cache it.
 
@@ -158,6 +158,8 @@ def load_params_cached(
     absolute source path, its size and mtime, the dtype and ``CACHE_FORMAT``; an unreadable or
     incomplete entry is removed and rebuilt. Cache write failures never fail the load. ``shardings(cfg,
     abstract)``: a hit is read straight into these shardings, each device reading its part of the file.
+    ``build(file)``: on a miss, write the params file directly (e.g. a GGUF dequantised into a memory map of
+    it) and read the new entry back like a hit; ``loader`` is then only the fallback if writing fails.
     """
     if dtype not in DTYPES:
         raise SpecRagError(f"unsupported dtype {dtype!r}; use one of {', '.join(DTYPES)}")
@@ -174,9 +176,25 @@ def load_params_cached(
         except Exception:  # corrupt, partial or from an incompatible version: rebuild it
             corrupt = True
             shutil.rmtree(entry, ignore_errors=True)
+    if build is not None:
+        try:
+            _write_entry(cache_dir, entry, key, build)
+            cfg, params = _read_entry(entry, key, shardings)
+            return cfg, params, CacheResult(hit=False, entry=entry, rebuilt_corrupt=corrupt)
+        except SpecRagError:  # a bad source (or placement): the same error as without a cache
+            raise
+        except Exception as exc:  # a full disk or read-only cache must not fail the load: convert in memory
+            warnings.warn(f"could not write parameter cache {entry}: {exc}")
+            cfg, params = loader()
+            return cfg, params, CacheResult(hit=False, entry=None, rebuilt_corrupt=corrupt)
     cfg, params = loader()
     try:
-        _write_entry(cache_dir, entry, key, cfg, params)
+        _write_entry(cache_dir, entry, key, lambda file: _save(file, cfg, params))
     except Exception as exc:  # a full disk or read-only cache must not fail the load
         warnings.warn(f"could not write parameter cache {entry}: {exc}")
     return cfg, params, CacheResult(hit=False, entry=entry if entry.is_dir() else None, rebuilt_corrupt=corrupt)
+
+
+def _save(file: Path, cfg: ModelConfig, params: dict[str, Any]) -> ModelConfig:
+    save_tree(file, params)
+    return cfg

@@ -13,6 +13,7 @@ from specrag_jax.kernels import pages_needed
 from specrag_jax.models.packing import Chunk, bucket, token_count_bucket, token_count_buckets
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.speculative import Speculation, SpeculationStats, speculative_decode
 
 StopFn = Callable[[int, list[int]], bool]
@@ -39,6 +40,7 @@ class GenerationResult:
     decode_s: float = 0.0
     shared_prefix_tokens: int = 0  # prompt tokens whose K/V came from pages shared with other branches
     speculation: SpeculationStats | None = None  # decode-phase counts when the generator speculates
+    top_logprobs: list | None = None  # per token (ids, log-probabilities) of the likeliest, when asked (engine)
 
 
 @dataclasses.dataclass
@@ -225,11 +227,9 @@ class Generator:
              min_seqs: int = 1):
         step = self.runner.pack(chunks, token_bucket=token_bucket, min_seqs=min_seqs)
         sp = [owners[i].params for i in rows_seq]
-        steps = [len(owners[i].out) for i in rows_seq]
-        return self.runner.sample(
-            step, [p.temperature for p in sp], [p.top_k for p in sp], [p.top_p for p in sp],
-            [p.seed for p in sp], steps,
-        )
+        if any(p.penalized for p in sp):
+            raise SpecRagError("penalties are applied by the serving engine (specrag serve), not by the Generator")
+        return self.runner.sample(step, SamplingBatch.of(sp, [len(owners[i].out) for i in rows_seq]))[:2]
 
     def _prefill(self, seqs: list[_Seq], max_new: int, stop_fn: StopFn | None) -> None:
         pending = list(range(len(seqs)))
@@ -299,7 +299,7 @@ class Generator:
         for t, s, p, decode in sorted(shapes):
             fake = Chunk([0] * p, 0, [0] if decode else [0, 0], write=False, rows=[0])
             step = r.pack([fake] * s, token_bucket=t, min_seqs=s)
-            r.sample(step, [0.0] * s, [0] * s, [1.0] * s, [0] * s, [0] * s)
+            r.sample(step, SamplingBatch.greedy(s))
         return len(shapes)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.checkpoint import DTYPES, load_params_cached
 from specrag_jax.models.config import ModelConfig
-from specrag_jax.models.gguf_loader import load_gguf
+from specrag_jax.models.gguf_loader import convert_gguf_file, load_gguf
 from specrag_jax.models.hf_loader import load_hf
 from specrag_jax.models.hf_streaming import load_hf_streaming
 from specrag_jax.models.registry import resolve_model_path
@@ -100,8 +100,12 @@ def load_model_params(
     def convert() -> tuple[ModelConfig, dict[str, Any]]:
         return convert_source(path, dtype, shardings)
 
+    def build(file: Path) -> ModelConfig:  # a GGUF file is dequantised straight into the new cache entry
+        return convert_gguf_file(path, dtype, file)
+
     if cache:
-        cfg, params, result = load_params_cached(path, convert, dtype=dtype, shardings=shardings)
+        cfg, params, result = load_params_cached(path, convert, dtype=dtype, shardings=shardings,
+                                                 build=build if path.is_file() else None)
         hit, entry = result.hit, (str(result.entry) if result.entry else None)
     else:
         (cfg, params), hit, entry = convert(), False, None

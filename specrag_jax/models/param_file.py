@@ -13,9 +13,11 @@ with orbax's StandardCheckpointer) and a sharded leaf with ``streaming.place``, 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import json
 import math
+import os
 import struct
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -88,26 +90,57 @@ def read_block(info: TensorInfo, index: Index, copy: bool = True) -> np.ndarray:
     return np.array(view) if copy else view
 
 
+def _header(specs: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> tuple[bytes, dict[str, int]]:
+    """The padded JSON header for tensors ``{name: (shape, dtype)}`` in that order, and each one's data offset."""
+    header: dict[str, Any] = {}
+    offsets: dict[str, int] = {}
+    offset = 0
+    for name, (shape, dtype) in specs.items():
+        dtype = np.dtype(dtype)
+        if dtype not in _NAMES:
+            raise SpecRagError(f"cannot store {name} of dtype {dtype} (supported: float32, bfloat16, float16)")
+        size = math.prod(shape) * dtype.itemsize
+        header[name] = {"dtype": _NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offsets[name] = offset
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    return raw + b" " * (-(8 + len(raw)) % _ALIGN), offsets
+
+
 def save_tree(path: str | Path, params: Mapping[str, Any]) -> None:
     """Write a nested dict of arrays (jax or numpy) as one safetensors file at ``path``, a block at a time."""
     flat = flatten_tree(params)
-    header: dict[str, Any] = {}
-    offset = 0
-    for name, value in flat.items():
-        dtype = np.dtype(value.dtype)
-        if dtype not in _NAMES:
-            raise SpecRagError(f"cannot store {name} of dtype {dtype} (supported: float32, bfloat16, float16)")
-        size = int(np.prod(value.shape, dtype=np.int64)) * dtype.itemsize
-        header[name] = {"dtype": _NAMES[dtype], "shape": list(value.shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-(8 + len(raw)) % _ALIGN)
+    raw, _ = _header({name: (tuple(v.shape), np.dtype(v.dtype)) for name, v in flat.items()})
     with open(path, "wb") as fh:
         fh.write(struct.pack("<Q", len(raw)))
         fh.write(raw)
         for value in flat.values():
             for block in _host_blocks(value):
                 fh.write(np.ascontiguousarray(block).view(np.uint8).data)
+
+
+def allocate_tree(path: str | Path, specs: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> dict[str, np.ndarray]:
+    """Create the safetensors file ``save_tree`` would write for tensors ``{name: (shape, dtype)}`` (header
+    written, disk space reserved) and return a writable memory-mapped array per tensor, to fill in place. The
+    file is unmapped when the last of them is freed; its pages are then the kernel's to write back."""
+    raw, offsets = _header(specs)
+    start = 8 + len(raw)
+    size = start + sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in specs.values())
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)))
+        fh.write(raw)
+        try:
+            os.posix_fallocate(fh.fileno(), 0, size)  # a full disk fails here, not as SIGBUS in a page fault
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            fh.truncate(size)
+    mm = np.memmap(path, dtype=np.uint8, mode="r+", shape=(size,)).view(np.ndarray)
+    views = {}
+    for name, (shape, dtype) in specs.items():
+        first = start + offsets[name]
+        views[name] = mm[first : first + math.prod(shape) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
+    return views
 
 
 @functools.partial(jax.jit, static_argnames="sizes")

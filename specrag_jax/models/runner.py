@@ -17,7 +17,9 @@ from specrag_jax.kernels import ATTENTION_IMPLS, KVPool, PageAllocator, make_poo
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.packing import Chunk, PackedStep, bucket, pack_chunks
 from specrag_jax.models.placement_api import StepPlacement
-from specrag_jax.models.sampling import sample_tokens
+from specrag_jax.models.penalties import PenaltyTable
+from specrag_jax.models.sampler import SampleOut, sample_tokens
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.scoring import token_logprobs
 from specrag_jax.models.spec_step import pad_trees, speculate_body
 from specrag_jax.models.spec_tree import TokenTree
@@ -31,13 +33,12 @@ def _decoder(cfg, dtype, impl, tree, decode, attention_mesh=None) -> Decoder:
     return Decoder(cfg, jnp.dtype(dtype), impl, tree, decode, **extra)
 
 
-def _sample_body(params, pool, tokens, meta, rows, temperature, top_k, top_p, seeds, steps, *, cfg, impl, tree,
-                 decode, greedy_only, dtype, attention_mesh=None):
+def _sample_body(params, pool, tokens, meta, rows, batch, penalties, *, cfg, impl, tree, decode, greedy_only, dtype,
+                 attention_mesh=None):
     hidden, pool = _decoder(cfg, dtype, impl, tree, decode, attention_mesh).apply({"params": params}, tokens, meta,
                                                                                    pool)
     logits = logits_at(params, cfg, hidden[rows])
-    ids, logprobs = sample_tokens(logits, temperature, top_k, top_p, seeds, steps, greedy_only=greedy_only)
-    return ids, logprobs, pool
+    return (*sample_tokens(logits, batch, penalties, greedy_only=greedy_only), pool)
 
 
 def _score_body(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, decode, dtype):
@@ -68,8 +69,8 @@ _score_step = jax.jit(_score_body, static_argnames=_STATIC, donate_argnames=("po
 _logits_step = jax.jit(_logits_body, static_argnames=_STATIC, donate_argnames=("pool",))
 _speculate_step = jax.jit(speculate_body, static_argnames=_STATIC + ("greedy_only",), donate_argnames=("pool",))
 # Sharded runs: the body, the number of per-step inputs after (params, pool), the number of outputs before the pool.
-_BODIES = {"sample": (_sample_body, 8, 2), "score": (_score_body_vocab_parallel, 4, 1), "logits": (_logits_body, 3, 1),
-           "speculate": (speculate_body, 8, 4)}
+_BODIES = {"sample": (_sample_body, 5, 4), "score": (_score_body_vocab_parallel, 4, 1), "logits": (_logits_body, 3, 1),
+           "speculate": (speculate_body, 5, 6)}
 # Single-device runs through stored exports: the same, with the chunked-vocabulary scoring of ``_score_step``.
 _BODIES_UNSHARDED = {**_BODIES, "score": (_score_body, 4, 1)}
 
@@ -144,6 +145,7 @@ class ModelRunner:
         else:
             self.pool = placement.make_pool(cfg, num_pages, page_size, self.dtype)
         self.allocator = PageAllocator(num_pages)
+        self.penalties = PenaltyTable(cfg.vocab_size, self.max_seq_len, self.device)  # engines reserve their slots
         self._exported: ExportedSteps | None = None
 
     # ---------------------------------------------------------------- packing
@@ -156,19 +158,18 @@ class ModelRunner:
         )
 
     # ---------------------------------------------------------------- execution
-    def sample(self, step: PackedStep, temperature, top_k, top_p, seeds, steps) -> tuple[np.ndarray, np.ndarray]:
-        """Run the step and sample one token per wanted row; returns (ids, logprobs) for the real rows."""
-        r = step.rows.shape[0]
-        pad = lambda a, dt: np.resize(np.asarray(a, dt), r) if len(a) else np.zeros(r, dt)  # noqa: E731
-        temperature = pad(temperature, np.float32)
-        greedy_only = bool(np.all(temperature[: step.num_rows] == 0))
-        ids, logprobs, self.pool = self._run(
-            "sample", step.tokens, step.meta, step.rows, temperature,
-            pad(top_k, np.int32), pad(top_p, np.float32), pad(seeds, np.uint32), pad(steps, np.int32),
-            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode, greedy_only=greedy_only,
-            dtype=self.dtype,
+    def sample(self, step: PackedStep, sampling: SamplingBatch) -> SampleOut:
+        """Run the step and sample one token per wanted row with its row of ``sampling``; returns numpy
+        ``SampleOut`` for the real rows. Rows with a penalty slot count their token on device."""
+        batch = sampling.padded(step.rows.shape[0])
+        *out, self.pool = self._run(
+            "sample", step.tokens, step.meta, step.rows, batch, self.penalties.state,
+            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode,
+            greedy_only=batch.greedy_only(step.num_rows), dtype=self.dtype,
         )
-        return np.asarray(ids)[: step.num_rows], np.asarray(logprobs)[: step.num_rows]
+        if batch.penalized:
+            self.penalties.record(batch.slots, out[0])
+        return SampleOut(*(np.asarray(x)[: step.num_rows] for x in out))
 
     def score(self, step: PackedStep, targets: Sequence[int]) -> np.ndarray:
         """Run the step; log p(targets[i]) at each wanted row i (no full logits array)."""
@@ -188,24 +189,24 @@ class ModelRunner:
         )
         return np.asarray(logits)[: step.num_rows]
 
-    def speculate(self, step: PackedStep, trees: TokenTree, temperature, top_k, top_p, seeds, steps):
+    def speculate(self, step: PackedStep, trees: TokenTree, sampling: SamplingBatch):
         """Verify stacked token trees [S, B] packed back to back in ``step`` (``S * B`` tokens, sequence s at
         rows ``s * B ..``), accept per sequence and keep the accepted path's K/V contiguous (``spec_step``).
+        ``sampling``: one row per tree; penalised rows see, at each node, their counts plus the node's path.
 
-        Returns numpy (path, num_accepted, tokens, logprobs) for the real sequences."""
+        Returns numpy (path, num_accepted, tokens, logprobs, top_ids, top_logprobs) for the real sequences."""
         s, b = trees.tokens.shape
         s_pad = step.meta.page_table.shape[0]
         if step.tokens.shape[0] != s_pad * b:
             raise SpecRagError(f"a speculation step packs {s_pad} trees of {b} tokens, got {step.tokens.shape[0]}")
-        pad = lambda a, dt: np.resize(np.asarray(a, dt), s_pad)  # noqa: E731
-        temperature = pad(temperature, np.float32)
-        greedy_only = bool(np.all(temperature[:s] == 0))
+        batch = sampling.padded(s_pad)
         *out, self.pool = self._run(
-            "speculate", step.tokens, step.meta, pad_trees(trees, s_pad), temperature, pad(top_k, np.int32),
-            pad(top_p, np.float32), pad(seeds, np.uint32), pad(steps, np.int32),
-            cfg=self.cfg, impl=self.attention_impl, tree=True, decode=False, greedy_only=greedy_only,
+            "speculate", step.tokens, step.meta, pad_trees(trees, s_pad), batch, self.penalties.state,
+            cfg=self.cfg, impl=self.attention_impl, tree=True, decode=False, greedy_only=batch.greedy_only(s),
             dtype=self.dtype,
         )
+        if batch.penalized:
+            self.penalties.record_tree(batch.slots, out[1], out[2])
         return tuple(np.asarray(x)[:s] for x in out)
 
     # ---------------------------------------------------------------- sharded execution
@@ -223,7 +224,9 @@ class ModelRunner:
             return fn(self.params, self.pool, *args, **statics)
         fn, in_shardings = self._sharded_step(kind, args, statics)
         if not self.placement.replicated.is_fully_addressable:  # multi-process: every input as a global array
-            args = jax.tree_util.tree_map(self.placement.put, tuple(args), tuple(in_shardings[2:]))
+            args = jax.tree_util.tree_map(  # a sharding may cover a whole subtree (the sampling batch)
+                lambda sh, sub: jax.tree_util.tree_map(lambda x: self.placement.put(x, sh), sub),
+                tuple(in_shardings[2:]), tuple(args))
             *outs, pool = fn(self.params, self.pool, *args)
             return (*(o.addressable_data(0) for o in outs), pool)  # replicated: every process has all of it
         return fn(self.params, self.pool, *args)

@@ -20,6 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from specrag_jax.kernels import KVPool
+from specrag_jax.models.penalties import PenaltyState, penalized_tree_logits
+from specrag_jax.models.sampler import top_logprobs
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.spec_accept import accept_trees
 from specrag_jax.models.spec_tree import PADDING, TokenTree
 from specrag_jax.models.transformer import Decoder, logits_at
@@ -47,18 +50,24 @@ def compact_accepted(pool: KVPool, slots: jax.Array, path: jax.Array) -> KVPool:
     return KVPool(k=tuple(moved(x) for x in pool.k), v=tuple(moved(x) for x in pool.v))
 
 
-def speculate_body(params, pool, tokens, meta, trees: TokenTree, temperature, top_k, top_p, seeds, steps, *,
+def speculate_body(params, pool, tokens, meta, trees: TokenTree, batch: SamplingBatch, penalties: PenaltyState, *,
                    cfg, impl, tree, decode, greedy_only, dtype, attention_mesh=None):
-    """Forward the packed trees, accept per sequence, compact the K/V: ``(path, n, tokens, logprobs, pool)``."""
+    """Forward the packed trees, accept per sequence, compact the K/V:
+    ``(path, n, tokens, logprobs, top_ids, top_logprobs, pool)``; ``top_*[s, k]``: the most likely tokens at the
+    row that emitted ``tokens[s, k]`` (the verifier's own distribution, as plain decoding reports it)."""
     extra = {} if attention_mesh is None else {"attention_mesh": attention_mesh}
     hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode, **extra).apply({"params": params}, tokens,
                                                                                     meta, pool)
     s, b = trees.tokens.shape
     logits = logits_at(params, cfg, hidden[: s * b]).reshape(s, b, -1).astype(jnp.float32)
-    keys = jax.vmap(lambda seed, step: jax.random.fold_in(jax.random.PRNGKey(seed), step))(seeds, steps)
-    result = accept_trees(logits, trees, temperature, top_k, top_p, keys, greedy_only=greedy_only)
+    logits = penalized_tree_logits(logits, trees.tokens, trees.parents, batch, penalties)  # each node as plain
+    keys = jax.vmap(lambda seed, step: jax.random.fold_in(jax.random.PRNGKey(seed), step))(batch.seeds, batch.steps)
+    result = accept_trees(logits, trees, batch.temperature, batch.top_k, batch.top_p, keys, greedy_only=greedy_only)
     pool = compact_accepted(pool, meta.write_slots[: s * b].reshape(s, b), result.path)
-    return result.path, result.num_accepted, result.tokens, result.logprobs, pool
+    rows = jnp.maximum(result.path, 0)[:, :, None]  # the row that emitted tokens[k]
+    top_ids, top_lps = top_logprobs(logits, batch.top_n, lambda x: jax.nn.log_softmax(
+        jnp.take_along_axis(x, rows, axis=1), axis=-1))
+    return result.path, result.num_accepted, result.tokens, result.logprobs, top_ids, top_lps, pool
 
 
 def pad_trees(trees: TokenTree, num_seqs: int) -> TokenTree:

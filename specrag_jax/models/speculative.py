@@ -20,6 +20,7 @@ from typing import Callable, Protocol, Sequence
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import pages_needed
 from specrag_jax.models.packing import Chunk
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.spec_tree import TREE_BUDGETS, build_tree, check_budget, count_trie_nodes, stack_trees
 
 ProposerFn = Callable[[Sequence[int]], list[list[int]]]
@@ -106,9 +107,8 @@ def speculative_decode(runner, seqs: Sequence[_Sequence], max_new: int, spec: Sp
                                 positions=tree.positions(kv_len)))
         step = runner.pack(chunks, token_bucket=width * budget, min_seqs=width)
         sp = [seqs[i].params for i in active]
-        _, num_accepted, tokens, logprobs = runner.speculate(
-            step, stack_trees(trees), [p.temperature for p in sp], [p.top_k for p in sp], [p.top_p for p in sp],
-            [p.seed for p in sp], [len(seqs[i].out) for i in active])
+        _, num_accepted, tokens, logprobs, *_ = runner.speculate(
+            step, stack_trees(trees), SamplingBatch.of(sp, [len(seqs[i].out) for i in active]))
         for row, i in enumerate(active):
             n, emitted = int(num_accepted[row]), 0
             for k in range(n + 1):

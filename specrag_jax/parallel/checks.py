@@ -19,6 +19,7 @@ from specrag_jax.models.config import ModelConfig, tiny_config
 from specrag_jax.models.generation import greedy_generate
 from specrag_jax.models.packing import Chunk
 from specrag_jax.models.runner import ModelRunner
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.transformer import init_params
 from specrag_jax.parallel.mesh import parse_mesh_spec
 from specrag_jax.parallel.placement import Placement
@@ -198,9 +199,7 @@ def check_collectives(spec: str = "model=4") -> dict:
     tree = runner.pack([Chunk([1, 2], 20, TREE["tokens"], parents=TREE["parents"],
                               positions=[20 + p for p in TREE["positions"]], write=False, rows=list(range(6)))])
     decode = runner.pack([Chunk([1, 2], 20, [7], rows=[0]), Chunk([3], 5, [8], rows=[0])])
-    r = decode.rows.shape[0]
-    extra = (np.zeros(r, np.float32), np.zeros(r, np.int32), np.ones(r, np.float32), np.zeros(r, np.uint32),
-             np.zeros(r, np.int32))
+    extra = (SamplingBatch.greedy(decode.rows.shape[0]), runner.penalties.state)
     steps = {"tree_score": runner.lower_step("score", tree, np.zeros(tree.rows.shape[0], np.int32)),
              "decode": runner.lower_step("sample", decode, *extra)}
     out = {name: collective_stats(low.compile().as_text()) for name, low in steps.items()}

@@ -19,6 +19,7 @@ import numpy as np
 from specrag_jax.models.config import ModelConfig, tiny_config
 from specrag_jax.models.packing import Chunk
 from specrag_jax.models.runner import ModelRunner
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.transformer import init_params
 from specrag_jax.parallel.checks import TREE, compare
 from specrag_jax.parallel.hlo import collective_stats
@@ -46,9 +47,7 @@ def step_collectives(cfg: ModelConfig, params, spec: str, rules: dict) -> dict:
     decode = runner.pack([Chunk([1, 2], 20, [7], rows=[0]), Chunk([3], 5, [8], rows=[0])])
 
     def extra(step):
-        r = step.rows.shape[0]
-        return (np.zeros(r, np.float32), np.zeros(r, np.int32), np.ones(r, np.float32), np.zeros(r, np.uint32),
-                np.zeros(r, np.int32))
+        return SamplingBatch.greedy(step.rows.shape[0]), runner.penalties.state
 
     lowered = {"prefill": runner.lower_step("sample", prefill, *extra(prefill)),
                "tree_score": runner.lower_step("score", tree, np.zeros(tree.rows.shape[0], np.int32)),

@@ -9,6 +9,7 @@ from typing import Sequence
 from specrag_jax.models.generation import Phase
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.closed_set import ClosedSet
 from specrag_jax.pipeline.prompts import RATIONALE_TAG, RESPONSE_TAG, drafter_evidence, drafter_prefix, first_line
 
 _SPLIT = "\x00EVIDENCE\x00"
@@ -97,12 +98,12 @@ def _kept(model: TextModel, token_ids: list[int], logprobs: list[float]) -> tupl
     return first_line(model.tokenizer.decode(token_ids[:n])), float(sum(logprobs[:n])), n
 
 
-def draft_prompts(drafter: TextModel, question: str,
-                  subsets: Sequence[Sequence[dict]]) -> tuple[list[int], list[list[int]]]:
+def draft_prompts(drafter: TextModel, question: str, subsets: Sequence[Sequence[dict]],
+                  closed: ClosedSet | None = None) -> tuple[list[int], list[list[int]]]:
     """Token ids of drafting's shared prefix and of each subset's evidence branch (progressive prefill too)."""
-    prefix_ids, _ = split_chat_prompt(drafter, drafter_prefix(question), "")
-    suffixes = [split_chat_prompt(drafter, drafter_prefix(question), drafter_evidence(list(s)))[1]
-                for s in subsets]
+    prefix = drafter_prefix(question, closed)
+    prefix_ids, _ = split_chat_prompt(drafter, prefix, "")
+    suffixes = [split_chat_prompt(drafter, prefix, drafter_evidence(list(s), closed))[1] for s in subsets]
     return prefix_ids, suffixes
 
 
@@ -114,15 +115,18 @@ def write_drafts(
     max_rationale_tokens: int = 64,
     max_answer_tokens: int = 24,
     sampling: SamplingParams = SamplingParams(),
+    closed: ClosedSet | None = None,
 ) -> tuple[list[Draft], dict]:
     """One draft per subset, every phase batched over the m subsets with a shared prompt prefix.
 
     Phase 1 writes the rationale after the forced "## Rationale:" (P(beta | Q, docs)); phase 2 appends
     "## Response:" and writes the answer (P(alpha | Q, docs, beta)). Forcing the two tags makes the format
     hold for a drafter that was not fine-tuned on it; rho_draft is the sum of both phases' log-probs.
+    ``closed``: the question's choices/instruction go into the prompt, and each answer becomes its exact label
+    (a draft whose response gives no label keeps its text and counts as unparsed).
     """
     t0 = time.perf_counter()
-    prefix_ids, suffixes = draft_prompts(drafter, question, subsets)
+    prefix_ids, suffixes = draft_prompts(drafter, question, subsets, closed)
     response_ids = drafter.tokenizer.encode("\n" + RESPONSE_TAG, add_bos=False)
     rationales: dict[int, tuple[str, float, int]] = {}
     refed: dict[int, int] = {}  # phase-2 tokens to prefill beyond the forced tag (a kept token never fed back)
@@ -146,10 +150,11 @@ def write_drafts(
     for i, (subset, res) in enumerate(zip(subsets, phase2)):
         rat, lp1, n1 = rationales[i]
         ans, lp2, n2 = _kept(drafter, res.token_ids, res.logprobs)
+        label = ans if closed is None else closed.parse(ans)
         drafts.append(Draft(
             index=i, doc_ids=[str(d.get("id")) for d in subset],
-            text=f"{RATIONALE_TAG} {rat}\n{RESPONSE_TAG} {ans}", rationale=rat, answer=ans,
-            parsed=bool(rat and ans), draft_logprob=lp1 + lp2, draft_tokens=n1 + n2,
+            text=f"{RATIONALE_TAG} {rat}\n{RESPONSE_TAG} {ans}", rationale=rat, answer=label or ans,
+            parsed=bool(rat and label), draft_logprob=lp1 + lp2, draft_tokens=n1 + n2,
         ))
     shared = phase1[0].shared_prefix_tokens if phase1 else 0
     stats = {

@@ -1,7 +1,9 @@
-"""`specrag eval`: accuracy, latency and tokens of every method on a RetrievalQA-format JSON-lines file.
+"""`specrag eval`: accuracy, latency and tokens of every method on one evaluation file (any format `datasets` reads).
 
 Accuracy is the usual PopQA/TriviaQA metric (Self-RAG, Speculative RAG): a ground-truth string occurs in the
-answer, case-insensitively. The answer is what the method returns (first line, after stop strings).
+answer, case-insensitively; closed-set tasks (arc_c, pubhealth) score the exact label (``datasets.metrics``), and
+their questions carry their choices into the prompts (``closed_set``). The answer is what the method returns (first
+line, after stop strings). Several files at once (Table 1): ``suite.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.machine_peaks import peaks_once
+from specrag_jax.pipeline.closed_set import from_row
 from specrag_jax.pipeline.datasets import score_answer
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.lossless import summarize_speculation
@@ -91,11 +94,13 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
     verified: list[tuple[list[Draft], dict]] = []  # the speculative drafts and their question row
     paths: list[tuple[str | None, bool]] = []
     for row in tqdm(rows, desc="questions", disable=not progress, unit="q"):
-        answers = rag.answer_methods(row["question"], _row_docs(row) if keys is None else None, methods)
+        closed = from_row(row)  # arc_c / pubhealth: the choices go into the prompts, answers are labels
+        answers = rag.answer_methods(row["question"], _row_docs(row) if keys is None else None, methods,
+                                     closed_set=closed)
         if "speculative" in answers:  # every selection option is scored on the same drafts (outside the latency)
             spec = answers["speculative"]
             rag.verify(row["question"], spec.docs, spec.drafts, {}, plain="verification_s" not in spec.trace,
-                       evidence="evidence_verification_s" not in spec.trace)
+                       evidence="evidence_verification_s" not in spec.trace, closed_set=closed)
         for method, result in answers.items():
             a = acc[method]
             recall = None

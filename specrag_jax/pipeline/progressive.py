@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.pipeline.closed_set import ClosedSet
 from specrag_jax.pipeline.drafting import draft_prompts, truncate_docs
 from specrag_jax.pipeline.lossless import needs_drafts
 from specrag_jax.pipeline.verifier_prompts import answer_prompt
@@ -59,8 +60,8 @@ class ProgressivePrefill:
     With ``progressive_prefill`` 0 it only passes ``subsets`` through (memoised) and every other call is a no-op.
     """
 
-    def __init__(self, rag: Any, question: str, methods: Sequence[str]) -> None:
-        self.rag, self.question, self.cfg = rag, question, rag.config
+    def __init__(self, rag: Any, question: str, methods: Sequence[str], closed: ClosedSet | None = None) -> None:
+        self.rag, self.question, self.cfg, self.closed_set = rag, question, rag.config, closed
         self.after = self.cfg.progressive_prefill
         self.draft = any(m not in ("standard", "closed_book") and (m != "lossless" or needs_drafts(self.cfg.proposer))
                          for m in methods)
@@ -107,12 +108,12 @@ class ProgressivePrefill:
     # ------------------------------------------------------------------ prompts
     def _answer_prompt(self, docs: list[dict]) -> list[int]:
         tok = self.rag.verifier.tokenizer
-        return tok.encode_rendered(answer_prompt(tok, self.question, docs, self.rag.verifier_chat))
+        return tok.encode_rendered(answer_prompt(tok, self.question, docs, self.rag.verifier_chat, self.closed_set))
 
     def _draft_prompts(self, docs: list[dict]) -> tuple[list[int], list[list[int]]]:
         cfg = self.cfg
         subsets, _ = self.subsets(self.question, docs, cfg.k, cfg.m, cfg.seed)
-        return draft_prompts(self.rag.drafter, self.question, [[docs[i] for i in s] for s in subsets])
+        return draft_prompts(self.rag.drafter, self.question, [[docs[i] for i in s] for s in subsets], self.closed_set)
 
     def _plan(self, docs: list[dict]):
         """(role, prefix, suffixes) of each prompt group to prefill; the verifier's first (no clustering)."""

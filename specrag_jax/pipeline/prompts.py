@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from specrag_jax.pipeline.closed_set import ClosedSet
+
 DRAFT_INSTRUCTION = "Response to the instruction. Also provide rationale for your response."
 DRAFT_FORMAT_HINT = (
     "Write '## Rationale:' with a short explanation based on the evidence, then '## Response:' with a short "
@@ -31,19 +33,30 @@ def format_document(index: int, doc: dict) -> str:
     return f"[{index}] {title}\n{text}\n" if title else f"[{index}] {text}\n"
 
 
-def drafter_prefix(question: str) -> str:
+def question_text(question: str, closed: ClosedSet | None = None) -> str:
+    """The question as every prompt shows it: stripped; a closed-set question's choices/instruction follow it."""
+    return question.strip() if closed is None else f"{question.strip()}\n{closed.instruction}"
+
+
+def _short_answer(closed: ClosedSet | None) -> str:
+    return "a short answer" if closed is None else closed.response_hint
+
+
+def drafter_prefix(question: str, closed: ClosedSet | None = None) -> str:
     """Shared by all drafts: instruction and question, up to the evidence header."""
-    return f"{DRAFT_INSTRUCTION}\n## Instruction: {question.strip()}\n## Evidence:\n"
+    return f"{DRAFT_INSTRUCTION}\n## Instruction: {question_text(question, closed)}\n## Evidence:\n"
 
 
-def drafter_evidence(docs: list[dict]) -> str:
-    """One draft's evidence block (documents numbered from 1) and the format hint."""
-    return "".join(format_document(i + 1, d) for i, d in enumerate(docs)) + DRAFT_FORMAT_HINT
+def drafter_evidence(docs: list[dict], closed: ClosedSet | None = None) -> str:
+    """One draft's evidence block (documents numbered from 1) and the format hint (a closed-set question's
+    response is its label)."""
+    hint = DRAFT_FORMAT_HINT if closed is None else DRAFT_FORMAT_HINT.replace("a short answer", _short_answer(closed))
+    return "".join(format_document(i + 1, d) for i, d in enumerate(docs)) + hint
 
 
-def verifier_prefix(question: str) -> str:
+def verifier_prefix(question: str, closed: ClosedSet | None = None) -> str:
     """Verifier context for rho_SC / rho_SR: the question only (no documents)."""
-    return f"{DRAFT_INSTRUCTION}\n## Instruction: {question.strip()}\n"
+    return f"{DRAFT_INSTRUCTION}\n## Instruction: {question_text(question, closed)}\n"
 
 
 def evidence_block(docs: list[dict]) -> str:
@@ -51,16 +64,17 @@ def evidence_block(docs: list[dict]) -> str:
     return "".join(format_document(i + 1, d) for i, d in enumerate(docs))
 
 
-def standard_rag_prompt(question: str, docs: list[dict]) -> str:
+def standard_rag_prompt(question: str, docs: list[dict], closed: ClosedSet | None = None) -> str:
     """Standard RAG baseline: every document in one prompt, then the question; the answer follows."""
     evidence = "".join(format_document(i + 1, d) for i, d in enumerate(docs))
-    return (f"Answer the question using the evidence. Give a short answer.\n## Evidence:\n{evidence}"
-            f"## Question: {question.strip()}\n## Answer:")
+    return (f"Answer the question using the evidence. Give {_short_answer(closed)}.\n## Evidence:\n{evidence}"
+            f"## Question: {question_text(question, closed)}\n## Answer:")
 
 
-def closed_book_prompt(question: str) -> str:
+def closed_book_prompt(question: str, closed: ClosedSet | None = None) -> str:
     """Closed-book baseline: the question alone."""
-    return f"Answer the question. Give a short answer.\n## Question: {question.strip()}\n## Answer:"
+    return (f"Answer the question. Give {_short_answer(closed)}.\n## Question: {question_text(question, closed)}\n"
+            "## Answer:")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,68 +22,24 @@ from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.closed_set import ClosedSet
 from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
-from specrag_jax.pipeline.progressive import ProgressivePrefill, check_progressive, require_prefix_cache
-from specrag_jax.pipeline.lossless import check_lossless, lossless_speculation, needs_drafts, speculation_trace
+from specrag_jax.pipeline.progressive import ProgressivePrefill, require_prefix_cache
+from specrag_jax.pipeline.lossless import lossless_speculation, needs_drafts, speculation_trace
 from specrag_jax.pipeline.prompts import first_line
-from specrag_jax.pipeline.reranking import Scorer, check_rerank, rerank_documents
-from specrag_jax.pipeline.selection import (ScoreOptions, best, check_selection, consensus, needs_verification,
-                                            score_drafts, select, selection_confidence, selection_scores)
+from specrag_jax.pipeline.rag_config import (DEFAULT_CONSENSUS, DEFAULT_SELECTION, DEFAULT_TAU_MIN,  # noqa: F401
+                                            RAGConfig)
+from specrag_jax.pipeline.reranking import Scorer, rerank_documents
+from specrag_jax.pipeline.selection import (ScoreOptions, best, consensus, needs_verification, score_drafts, select,
+                                            selection_confidence, selection_scores)
 from specrag_jax.pipeline.verification import verify_drafts
-from specrag_jax.pipeline.verifier_prompts import answer_prompt, check_prompt_form, use_chat
+from specrag_jax.pipeline.verifier_prompts import answer_prompt, use_chat
 from specrag_jax.progress import NO_PROGRESS, Progress
 
-# the cascade's defaults, chosen on the train split (benchmarks/choose_cascade.py, cascade_choice_train.json)
-DEFAULT_SELECTION = "evidence"
-DEFAULT_TAU_MIN: float | None = 0.5
-DEFAULT_CONSENSUS = False  # the all-agree fast path (accepting unanimous drafts unverified) lost accuracy there
 METHODS = ("speculative", "standard", "closed_book", "drafter_only", "random_draft", "lossless")
 SubsetFn = Callable[[str, list[dict], int, int, int], tuple[list[list[int]], dict]]
 SearchFn = Callable[[str, int], list[dict]]
 _AFTER_SEARCH = ("rerank_s", "prefill_wait_s")  # the stages of the retrieval span that are not the search
-
-
-@dataclasses.dataclass
-class RAGConfig:
-    n_docs: int = 10
-    m: int = 5
-    k: int = 2
-    max_draft_tokens: int = 64  # rationale budget; the answer gets max_answer_tokens
-    max_answer_tokens: int = 32
-    max_doc_tokens: int = 160
-    scores: ScoreOptions = ScoreOptions()
-    selection: str = DEFAULT_SELECTION  # "rho" | "evidence" | "rho+agg" | "evidence+agg" (pipeline/selection.py)
-    tau_min: float | None = DEFAULT_TAU_MIN
-    fallback: str = "standard"  # or "unanswerable"
-    consensus: bool = DEFAULT_CONSENSUS
-    seed: int = 0
-    verifier_prompt: str = "auto"  # "chat" | "plain" | "auto" (chat for an instruction-tuned verifier)
-    proposer: str = "both"  # lossless mode's proposer: "ngram" | "drafts" | "both"
-    tree_budget: int = 16  # lossless mode's largest token tree per verifier step (8, 16, 32 or 64)
-    lossless_fallback: bool = True  # the tau_min "standard" fallback decodes through the lossless path
-    rerank: str = "none"  # "none" | "kv" (stored document K/V) | "recompute" (pipeline/reranking.py)
-    reranker: str | None = None  # the reranker's model name; None = the drafter
-    n_coarse: int = 50  # coarse (BM25) candidates reranked when the question comes without passages
-    rerank_group: int = 10  # candidates the fine reranker scores per group
-    rerank_patience: int = 2  # stop once the fine top-n_docs set is unchanged this many groups (math.inf: never)
-    progressive_prefill: int = 0  # N > 0: prefill once the top set is stable N groups (pipeline/progressive.py)
-
-    def check(self) -> None:
-        if self.n_docs < 1:
-            raise SpecRagError(f"n_docs must be >= 1 (got {self.n_docs})")
-        if self.m < 1:
-            raise SpecRagError(f"m (number of drafts) must be >= 1 (got {self.m})")
-        if self.k < 1:
-            raise SpecRagError(f"k (number of clusters) must be >= 1 (got {self.k})")
-        if self.fallback not in ("standard", "unanswerable"):
-            raise SpecRagError(f"fallback must be 'standard' or 'unanswerable' (got {self.fallback!r})")
-        check_prompt_form(self.verifier_prompt)
-        check_selection(self.selection)
-        check_lossless(self.proposer, self.tree_budget)
-        check_rerank(self.rerank, self.reranker, self.n_coarse, self.rerank_group, self.rerank_patience)
-        check_progressive(self.progressive_prefill, self.rerank, self.rerank_patience)
-        if self.tau_min is not None and not 0.0 <= self.tau_min <= 1.0:
-            raise SpecRagError(f"tau_min must be in [0, 1] (got {self.tau_min})")
 
 
 @dataclasses.dataclass
@@ -121,12 +77,15 @@ class SpecRAG:
         self._progressive = ProgressivePrefill(self, "", ())  # replaced per question (pipeline/progressive.py)
         self.drafter_adapter: str | None = None  # the adapter merged into the drafter (build_specrag sets it)
 
-    def answer(self, question: str, docs: Sequence[dict | str] | None = None, method: str = "speculative") -> RAGAnswer:
-        """Answer ``question`` from ``docs`` (or the search function's top ``n_docs``) with ``method``."""
-        return self.answer_methods(question, docs, [method])[method]
+    def answer(self, question: str, docs: Sequence[dict | str] | None = None, method: str = "speculative", *,
+               closed_set: ClosedSet | None = None) -> RAGAnswer:
+        """Answer ``question`` from ``docs`` (or the search function's top ``n_docs``) with ``method``
+        (``closed_set``: a closed-set question's choices; the answer is then its label, see closed_set)."""
+        return self.answer_methods(question, docs, [method], closed_set=closed_set)[method]
 
     def answer_methods(self, question: str, docs: Sequence[dict | str] | None = None,
-                       methods: Sequence[str] = ("speculative",)) -> dict[str, RAGAnswer]:
+                       methods: Sequence[str] = ("speculative",), *,
+                       closed_set: ClosedSet | None = None) -> dict[str, RAGAnswer]:
         """Answer with several methods; speculative, drafter_only and random_draft share one set of drafts.
 
         Each answer's ``trace["total_s"]`` is the time its own method needs: the shared stages (retrieval,
@@ -144,7 +103,7 @@ class SpecRAG:
             with CompileClock() as clock:
                 t0 = time.perf_counter()
                 trace: dict[str, Any] = {"notes": [], "retrieval_s": 0.0}
-                out["closed_book"] = self._generate_answer(question, [], "closed_book", trace, t0)
+                out["closed_book"] = self._generate_answer(question, [], "closed_book", trace, t0, closed=closed_set)
             trace["compile_s"] = clock.seconds
             self._report_answer("closed-book answer", trace)
         rest = [m for m in methods if m != "closed_book"]
@@ -155,29 +114,32 @@ class SpecRAG:
         with CompileClock() as clock:
             t0 = time.perf_counter()
             shared: dict[str, Any] = {"notes": []}
-            docs = self._documents(question, docs, shared["notes"], shared, rest)
+            docs = self._documents(question, docs, shared["notes"], shared, rest, closed_set)
             shared["retrieval_s"] = time.perf_counter() - t0 - sum(shared.get(k, 0.0) for k in _AFTER_SEARCH)
         shared["compile_s"] = clock.seconds
         self.progress.end("retrieval", shared["retrieval_s"],
                           f"{len(docs)} {'given' if given else 'retrieved'} passages")
         if "standard" in rest:
             self.progress.start("standard RAG answer")
-            out["standard"] = self._timed(lambda tr, t: self._generate_answer(question, docs, "standard", tr, t),
+            out["standard"] = self._timed(lambda tr, t: self._generate_answer(question, docs, "standard", tr, t,
+                                                                                  closed=closed_set),
                                           shared, t0)
             self._report_answer("standard RAG answer", out["standard"].trace)
         if "lossless" in rest and not needs_drafts(self.config.proposer):
-            out["lossless"] = self._timed(lambda tr, t: self._lossless(question, docs, [], tr, t), shared, t0)
+            out["lossless"] = self._timed(lambda tr, t: self._lossless(question, docs, [], tr, t, closed_set),
+                                     shared, t0)
         drafting = [m for m in rest if m != "standard" and (m != "lossless" or "lossless" not in out)]
         if drafting:
             with CompileClock() as clock:
                 t = time.perf_counter()
-                drafts = self._draft(question, docs, shared)
+                drafts = self._draft(question, docs, shared, closed_set)
             shared["compile_s"] += clock.seconds
             spent = time.perf_counter() - t + shared["retrieval_s"] + sum(shared.get(k, 0.0) for k in _AFTER_SEARCH)
             shared["first_draft_token_s"] = t - t0 + shared["clustering_s"] + shared["drafter_first_token_s"]
             for m in drafting:
                 own = copy.deepcopy(drafts) if len(drafting) > 1 else drafts
-                run = self._lossless if m == "lossless" else functools.partial(self._select, method=m)
+                run = functools.partial(self._lossless, closed=closed_set) if m == "lossless" else \
+                    functools.partial(self._select, method=m, closed=closed_set)
                 out[m] = self._timed(lambda tr, t, run=run, own=own: run(question, docs, own, tr, t),
                                      shared, time.perf_counter() - spent)
         return {m: out[m] for m in methods}
@@ -201,7 +163,8 @@ class SpecRAG:
         return result
 
     def _documents(self, question: str, docs: Sequence[dict | str] | None, notes: list[str],
-                   trace: dict | None = None, methods: Sequence[str] = ("speculative",)) -> list[dict]:
+                   trace: dict | None = None, methods: Sequence[str] = ("speculative",),
+                   closed: ClosedSet | None = None) -> list[dict]:
         """The ``n_docs`` documents the methods read: given or searched, reranked when ``config.rerank``."""
         cfg = self.config
         if docs is None:
@@ -213,7 +176,7 @@ class SpecRAG:
         if not docs:
             raise SpecRagError("no documents: the question came without passages and the search found none")
         trace = {} if trace is None else trace
-        progressive = self._progressive = ProgressivePrefill(self, question, methods)
+        progressive = self._progressive = ProgressivePrefill(self, question, methods, closed)
         with progressive:  # closing it cancels what is in flight (errors included)
             if cfg.rerank != "none":  # with progressive prefill, the prompts prefill while reranking goes on
                 docs = rerank_documents(question, docs, self.reranker, cfg, trace, self.progress, progressive)
@@ -223,9 +186,10 @@ class SpecRAG:
         return docs
 
     def _generate_answer(self, question: str, docs: list[dict], method: str, trace: dict, t0: float,
-                         drafts: Sequence[Draft] | None = None) -> RAGAnswer:
-        """The verifier's answer from all ``docs``; with ``drafts`` (lossless) decoded with speculation."""
-        prompt = answer_prompt(self.verifier.tokenizer, question, docs, self.verifier_chat)
+                         drafts: Sequence[Draft] | None = None, closed: ClosedSet | None = None) -> RAGAnswer:
+        """The verifier's answer from all ``docs``; with ``drafts`` (lossless) decoded with speculation; with
+        ``closed`` the answer is the label it gives (its first line when it gives none)."""
+        prompt = answer_prompt(self.verifier.tokenizer, question, docs, self.verifier_chat, closed)
         t = time.perf_counter()
         speculation = None
         if drafts is not None:
@@ -238,9 +202,11 @@ class SpecRAG:
         if speculation is not None:
             trace["speculation"] = speculation_trace(res.speculation)
         trace["total_s"] = time.perf_counter() - t0
-        return RAGAnswer(first_line(res.text), "", [d["id"] for d in docs], [], trace, method, docs)
+        text = first_line(res.text)
+        answer = text if closed is None else closed.parse(text) or text
+        return RAGAnswer(answer, "", [d["id"] for d in docs], [], trace, method, docs)
 
-    def _draft(self, question: str, docs: list[dict], trace: dict) -> list[Draft]:
+    def _draft(self, question: str, docs: list[dict], trace: dict, closed: ClosedSet | None = None) -> list[Draft]:
         cfg = self.config
         t = time.perf_counter()
         self.progress.start("clustering")
@@ -251,7 +217,7 @@ class SpecRAG:
         self.progress.start("drafting")
         drafts, stats = write_drafts(self.drafter, question, [[docs[i] for i in s] for s in subsets],
                                      max_rationale_tokens=cfg.max_draft_tokens,
-                                     max_answer_tokens=cfg.max_answer_tokens)
+                                     max_answer_tokens=cfg.max_answer_tokens, closed=closed)
         trace.update(stats)
         trace["parsed_drafts"] = sum(d.parsed for d in drafts)
         self.progress.end("drafting", stats.get("drafting_s", 0.0), f"{len(drafts)} drafts ({trace['parsed_drafts']} "
@@ -259,9 +225,10 @@ class SpecRAG:
                           f"{stats.get('drafter_decode_tokens', 0)} new tokens")
         return drafts
 
-    def _lossless(self, question: str, docs: list[dict], drafts: list[Draft], trace: dict, t0: float) -> RAGAnswer:
+    def _lossless(self, question: str, docs: list[dict], drafts: list[Draft], trace: dict, t0: float,
+                  closed: ClosedSet | None = None) -> RAGAnswer:
         self.progress.start("lossless answer")
-        result = self._generate_answer(question, docs, "lossless", trace, t0, drafts=drafts)
+        result = self._generate_answer(question, docs, "lossless", trace, t0, drafts=drafts, closed=closed)
         result.drafts = drafts
         spec = trace["speculation"]
         self.progress.end("lossless answer", trace.get("generation_s", 0.0),
@@ -270,8 +237,10 @@ class SpecRAG:
         return result
 
     def _select(self, question: str, docs: list[dict], drafts: list[Draft], trace: dict, t0: float, *,
-                method: str) -> RAGAnswer:
+                method: str, closed: ClosedSet | None = None) -> RAGAnswer:
         cfg = self.config
+        # closed-set questions: the drafts' labels always pool their scores (answer-level aggregation)
+        selection = cfg.selection if closed is None or cfg.selection.endswith("+agg") else cfg.selection + "+agg"
         if method == "random_draft":
             chosen = random.Random(cfg.seed).choice(drafts)
         elif method == "drafter_only":
@@ -284,12 +253,12 @@ class SpecRAG:
             score_drafts(drafts, ScoreOptions(cfg.scores.normalize, ("draft",), cfg.scores.sr))
             chosen = best(drafts)
         else:
-            self.verify(question, docs, drafts, trace, *needs_verification(selection_scores(cfg.selection,
-                                                                                            cfg.scores)))
-            chosen = select(drafts, cfg.selection, cfg.scores)
-            conf = selection_confidence(chosen, drafts, cfg.selection)
+            self.verify(question, docs, drafts, trace, *needs_verification(selection_scores(selection, cfg.scores)),
+                        closed_set=closed)
+            chosen = select(drafts, selection, cfg.scores)
+            conf = selection_confidence(chosen, drafts, selection)
             trace["confidence"] = conf
-            trace["selection"] = cfg.selection
+            trace["selection"] = selection
             trace["chosen_draft"] = chosen.index  # also on the fallback path: the draft that was not accepted
             if cfg.tau_min is not None and conf < cfg.tau_min:
                 trace["fallback"] = cfg.fallback
@@ -297,7 +266,7 @@ class SpecRAG:
                 trace["path"] = "fallback"
                 if cfg.fallback == "standard":
                     reuse = drafts if cfg.lossless_fallback else None  # the lossless path: the same answer
-                    fb = self._generate_answer(question, docs, method, trace, t0, drafts=reuse)
+                    fb = self._generate_answer(question, docs, method, trace, t0, drafts=reuse, closed=closed)
                     fb.drafts = drafts
                     return fb
                 trace["total_s"] = time.perf_counter() - t0
@@ -308,19 +277,21 @@ class SpecRAG:
         return RAGAnswer(chosen.answer, chosen.rationale, chosen.doc_ids, drafts, trace, method, docs)
 
     def verify(self, question: str, docs: list[dict], drafts: list[Draft], trace: dict, plain: bool = True,
-               evidence: bool = False) -> None:
+               evidence: bool = False, closed_set: ClosedSet | None = None) -> None:
         """Run the verification passes asked for on ``drafts`` (``plain``: question + draft, rho's terms;
-        ``evidence``: each draft's own passages from ``docs`` + draft); their stage times go into ``trace``."""
+        ``evidence``: each draft's own passages from ``docs`` + draft); their stage times go into ``trace``
+        (``closed_set``: the question's choices, as in ``answer``)."""
         if plain:
             self.progress.start("verification")
-            trace.update(verify_drafts(self.verifier, question, drafts, chat=self.verifier_chat))
+            trace.update(verify_drafts(self.verifier, question, drafts, chat=self.verifier_chat, closed=closed_set))
             self.progress.end("verification", trace.get("verification_s", 0.0),
                               f"{len(drafts)} drafts, {trace.get('verifier_tree_tokens', 0)} tree tokens")
         if evidence:
             by_id = {str(d["id"]): d for d in docs}
             passages = [[by_id[str(i)] for i in d.doc_ids if str(i) in by_id] for d in drafts]
             self.progress.start("evidence verification")
-            trace.update(verify_drafts(self.verifier, question, drafts, chat=self.verifier_chat, evidence=passages))
+            trace.update(verify_drafts(self.verifier, question, drafts, chat=self.verifier_chat, evidence=passages,
+                                       closed=closed_set))
             self.progress.end("evidence verification", trace.get("evidence_verification_s", 0.0),
                               f"{len(drafts)} drafts with their passages, {trace.get('evidence_tree_tokens', 0)} "
                               f"tree tokens")

@@ -21,6 +21,7 @@ import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.closed_set import ClosedSet
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.prompts import RATIONALE_TAG, RESPONSE_TAG, evidence_block
 from specrag_jax.pipeline.verifier_prompts import evidence_scoring_prompt, scoring_prompt
@@ -49,18 +50,19 @@ def _branch(tok, draft: Draft, fixed: dict[str, list[int]], head: list[int] = ()
 
 
 def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft], chat: bool = False,
-                  evidence: Sequence[Sequence[dict]] | None = None) -> dict:
+                  evidence: Sequence[Sequence[dict]] | None = None, closed: ClosedSet | None = None) -> dict:
     """Score every draft in one packed pass: ``sc_logprob``/``sc_tokens``/``sr_logprob``/``sr_no_logprob``, or
     with ``evidence`` (each draft's passages) ``ev_sc_logprob``/``ev_sc_tokens``/``ev_sr_logprob``/
     ``ev_sr_no_logprob``. Returns the stage's trace entries.
 
-    ``chat``: the question, each draft and the reflection prompt as chat turns (see verifier_prompts)."""
+    ``chat``: the question, each draft and the reflection prompt as chat turns (see verifier_prompts); ``closed``:
+    a closed-set question's choices/instruction follow the question in the prefix (each draft's answer is its label)."""
     t0 = time.perf_counter()
     if evidence is not None and len(evidence) != len(drafts):
         raise SpecRagError(f"evidence-aware verification needs one passage list per draft ({len(evidence)} for "
                            f"{len(drafts)} drafts)")
     tok, runner = verifier.tokenizer, verifier.runner
-    form = (scoring_prompt if evidence is None else evidence_scoring_prompt)(tok, question, chat)
+    form = (scoring_prompt if evidence is None else evidence_scoring_prompt)(tok, question, chat, closed)
     prefix = tok.encode_rendered(form.prefix)
     no_id = tok.encode(form.no, add_bos=False)[0]
     fixed = {name: tok.encode(text, add_bos=False) for name, text in

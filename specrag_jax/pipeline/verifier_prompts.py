@@ -15,6 +15,7 @@ import dataclasses
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.tokenizer import Tokenizer
+from specrag_jax.pipeline.closed_set import ClosedSet
 from specrag_jax.pipeline.prompts import (EVIDENCE_HEADER, EVIDENCE_REFLECTION_PROMPT, REFLECTION_PROMPT,
                                           closed_book_prompt, standard_rag_prompt, verifier_prefix)
 
@@ -53,21 +54,22 @@ def _chat(tok: Tokenizer, messages: list[dict]) -> str:
     return tok.apply_chat_template(messages, add_generation_prompt=True)
 
 
-def answer_prompt(tok: Tokenizer, question: str, docs: list[dict], chat: bool) -> str:
-    """Standard RAG (docs given) or closed-book prompt text; with ``chat`` rendered as one user turn."""
-    text = standard_rag_prompt(question, docs) if docs else closed_book_prompt(question)
+def answer_prompt(tok: Tokenizer, question: str, docs: list[dict], chat: bool, closed: ClosedSet | None = None) -> str:
+    """Standard RAG (docs given) or closed-book prompt text; with ``chat`` rendered as one user turn (``closed``:
+    a closed-set question's choices/instruction, see closed_set)."""
+    text = standard_rag_prompt(question, docs, closed) if docs else closed_book_prompt(question, closed)
     if not chat:
         return text
     user = text.removesuffix("## Answer:").rstrip()
     return _chat(tok, [{"role": "user", "content": user}])
 
 
-def scoring_prompt(tok: Tokenizer, question: str, chat: bool) -> ScoringPrompt:
+def scoring_prompt(tok: Tokenizer, question: str, chat: bool, closed: ClosedSet | None = None) -> ScoringPrompt:
     """The verification tree's shared prefix and per-draft suffix, plain or through the chat template."""
     if not chat:
-        return ScoringPrompt(verifier_prefix(question), "\n" + REFLECTION_PROMPT + "\nAnswer:", " Yes", " No")
+        return ScoringPrompt(verifier_prefix(question, closed), "\n" + REFLECTION_PROMPT + "\nAnswer:", " Yes", " No")
     text = _chat(tok, [
-        {"role": "user", "content": verifier_prefix(question).rstrip()},
+        {"role": "user", "content": verifier_prefix(question, closed).rstrip()},
         {"role": "assistant", "content": _SENTINEL},
         {"role": "user", "content": REFLECTION_PROMPT},
     ])
@@ -78,10 +80,11 @@ def scoring_prompt(tok: Tokenizer, question: str, chat: bool) -> ScoringPrompt:
     return ScoringPrompt(prefix, after, "Yes", "No")
 
 
-def evidence_scoring_prompt(tok: Tokenizer, question: str, chat: bool) -> ScoringPrompt:
+def evidence_scoring_prompt(tok: Tokenizer, question: str, chat: bool,
+                            closed: ClosedSet | None = None) -> ScoringPrompt:
     """Evidence-aware verification: the shared prefix ends at the evidence header; each branch is
     ``passages`` + ``before_draft`` + the draft + ``after`` (the evidence reflection prompt) + ``yes``."""
-    head = verifier_prefix(question) + EVIDENCE_HEADER
+    head = verifier_prefix(question, closed) + EVIDENCE_HEADER
     if not chat:
         return ScoringPrompt(head, "\n" + EVIDENCE_REFLECTION_PROMPT + "\nAnswer:", " Yes", " No", before_draft="")
     text = _chat(tok, [

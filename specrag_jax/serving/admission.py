@@ -10,6 +10,7 @@ pool cannot hold.
 from __future__ import annotations
 
 from specrag_jax.kernels import PageAllocator, pages_needed
+from specrag_jax.models.penalties import PenaltyTable
 from specrag_jax.serving.prefix_cache import PrefixCache
 from specrag_jax.serving.requests import Request, Seq
 
@@ -47,8 +48,9 @@ class Admitter:
     """Reserves pages for requests against one allocator and prefix cache."""
 
     def __init__(self, allocator: PageAllocator, cache: PrefixCache, page_size: int,
-                 max_seq_len: int | None = None) -> None:
+                 max_seq_len: int | None = None, penalties: PenaltyTable | None = None) -> None:
         self.alloc, self.cache, self.ps, self.max_seq_len = allocator, cache, page_size, max_seq_len
+        self.penalties = penalties  # token-count slots of penalised sequences (None: such requests are refused)
 
     def _reserve(self, need: int) -> bool:
         if need > self.alloc.num_free:
@@ -62,7 +64,19 @@ class Admitter:
             self.cache.hit_tokens -= len(pages) * self.ps
 
     def admit(self, req: Request) -> bool:
-        """Create the request's sequences with their pages; False (nothing held) when the pool is too full."""
+        """Create the request's sequences with their pages and, for penalised ones, their token-count slots
+        (filled with the prompt); False (nothing held) when the pool or the slots are too full."""
+        slots = sum(sp.penalized for sp in req.sampling)
+        if slots and (self.penalties is None or slots > self.penalties.num_free):
+            return False
+        if not self._admit_pages(req):
+            return False
+        for s in req.seqs:
+            if s.sampling is not None and s.sampling.penalized:
+                s.penalty_slot = self.penalties.acquire(s.prompt)
+        return True
+
+    def _admit_pages(self, req: Request) -> bool:
         ps = self.ps
         if req.kind == "score":
             hit = self.cache.match(req.prefix, len(req.prefix) // ps)
@@ -126,6 +140,9 @@ class Admitter:
     def release(self, req: Request) -> None:
         """Drop every page reference the request's sequences still hold (idempotent)."""
         for s in req.all_seqs():
+            if s.penalty_slot and self.penalties is not None:
+                self.penalties.release(s.penalty_slot)
+                s.penalty_slot = 0
             if s.pages:
                 pages, s.pages = s.pages, []
                 self.alloc.release(pages)

@@ -23,10 +23,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from specrag_jax.errors import SpecRagError
 from specrag_jax.serving.adapter import RequestContext
 from specrag_jax.serving.metrics import Metrics
-from specrag_jax.serving.openai_api import OpenAIHandlers, abandon, queued_until_done, sse, until_done_or_gone
+from specrag_jax.serving.openai_api import OpenAIHandlers
 from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout
 from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, RagRequest
 from specrag_jax.serving.service import Service
+from specrag_jax.serving.sse import abandon, queued_until_done, sse, until_done_or_gone
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,9 @@ class Engine:
         self.config = config or SchedulerConfig()
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         self.cache = PrefixCache(runner.allocator, runner.page_size, enabled=prefix_cache)
-        self.admitter = Admitter(runner.allocator, self.cache, runner.page_size, runner.max_seq_len)
+        runner.penalties.reserve(self.config.max_running)  # before warm-up: the slot count is a step shape
+        self.admitter = Admitter(runner.allocator, self.cache, runner.page_size, runner.max_seq_len,
+                                 runner.penalties)
         self.backpressure = Backpressure(self.config)
         self._checker = Generator(runner, eos_ids)
         self._on_stage = on_stage
@@ -121,6 +123,9 @@ class Engine:
         params = [sampling] * len(suffixes) if isinstance(sampling, SamplingParams) else list(sampling)
         if len(params) != len(suffixes):
             raise SpecRagError(f"{len(params)} sampling settings for {len(suffixes)} prompts")
+        if sum(p.penalized for p in params) > self.runner.penalties.capacity:
+            raise SpecRagError(f"{sum(p.penalized for p in params)} penalised prompts in one request; the engine "
+                               f"holds {self.runner.penalties.capacity} at once")
         prefix = [int(t) for t in prefix]
         suffixes = [[int(t) for t in s] for s in suffixes]
         for s in suffixes:
@@ -144,6 +149,8 @@ class Engine:
             raise SpecRagError("every phase needs max_new_tokens >= 1")
         if max_forced_tokens < 0:
             raise SpecRagError(f"max_forced_tokens must be >= 0 (got {max_forced_tokens})")
+        if any(p.penalized for p in ([sampling] if isinstance(sampling, SamplingParams) else sampling)):
+            raise SpecRagError("penalties are not supported with phases (a phase change rewrites the prompt)")
         reserve = sum(ph.max_new_tokens for ph in phases) + (max_forced_tokens if len(phases) > 1 else 0)
         req = self._generate_request(prefix, suffixes, sampling, reserve, None, None, speculation)
         req.phases, req.between, req.max_forced_tokens = list(phases), between, max_forced_tokens
@@ -319,7 +326,8 @@ class Engine:
         start = s.req.admitted_at if not s.phase_results else s.phase_started_at
         return GenerationResult(list(s.out), list(s.logprobs), s.finish or "length", len(s.prompt),
                                 s.prefill_done_at - start, s.finished_at - s.prefill_done_at,
-                                shared_prefix_tokens=s.req.shared_len, speculation=s.spec_stats)
+                                shared_prefix_tokens=s.req.shared_len, speculation=s.spec_stats,
+                                top_logprobs=list(s.top_logprobs) if s.sampling.top_logprobs else None)
 
     def complete_score(self, req: Request, logprobs: np.ndarray) -> None:
         self.stage("request", time.perf_counter() - req.submitted_at)

@@ -13,6 +13,12 @@ from specrag_jax.models.speculative import Speculation, SpeculationStats
 
 StopFn = Callable[[int, list[int]], bool]
 TokenFn = Callable[[int, int], None]  # (branch, token id), called on the engine thread as tokens arrive
+TopLogprobs = tuple[list[int], list[float]]  # a token's likeliest alternatives: ids, log-probabilities
+
+
+def top_of(ids, logprobs, n: int) -> TopLogprobs | None:
+    """The first ``n`` of a step's top log-probability row (None when the sequence asked for none)."""
+    return ([int(i) for i in ids[:n]], [float(v) for v in logprobs[:n]]) if n else None
 
 
 class EngineError(SpecRagError):
@@ -67,6 +73,8 @@ class Seq:
     ready: bool = True
     out: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
+    top_logprobs: list[TopLogprobs] = dataclasses.field(default_factory=list)  # per token, when asked for
+    penalty_slot: int = 0  # its row of device token counts (``models.penalties``); 0 = no penalties
     finish: str | None = None
     prefill_done_at: float = 0.0
     finished_at: float = 0.0

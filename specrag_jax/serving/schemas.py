@@ -1,7 +1,7 @@
 """HTTP request bodies (pydantic, unknown fields refused). Field names are the public contract.
 
 The OpenAI bodies take what the official ``openai`` SDK sends; a field this server cannot honour is a one-line
-400 naming it: "unsupported" (never served here) or "not supported yet" (needs sampler work)."""
+400 naming it: "unsupported" (never served here) or "not supported yet"."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from specrag_jax.pipeline.selection import SELECTIONS
 from specrag_jax.pipeline.specrag import METHODS
 
 MAX_TOKENS = 4096
+MAX_N = 16  # choices per prompt
 
 
 class _Strict(BaseModel):
@@ -34,13 +35,16 @@ class _Sampling(_Strict):
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy (the default here)")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0, le=100000)
-    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    seed: int | None = Field(None, ge=0, le=2**31 - 1, description="the same seed, the same output (with the same "
+                                                                  "settings); none: a random one")
     stop: str | list[str] | None = Field(None, description="up to 4 stop strings")
     stream: bool = False
     stream_options: StreamOptions | None = Field(None, description="only with stream: true")
-    n: int = Field(1, ge=1, le=128, description="only 1 (more is not supported yet)")
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="only 0 (not supported yet)")
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="only 0 (not supported yet)")
+    n: int = Field(1, ge=1, le=MAX_N, description="choices per prompt (they share the prompt's K/V pages)")
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="minus f x count of each generated token")
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="minus p for each token generated so far")
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="divides the positive (multiplies the "
+                                      "negative) logits of prompt and generated tokens (vLLM's extension)")
     logit_bias: dict[str, float] | None = Field(None, description="only {} (not supported yet)")
     user: str | None = Field(None, max_length=200, description="accepted, ignored")
 
@@ -62,11 +66,6 @@ class _Sampling(_Strict):
         """One-line messages on fields given with values this server does not honour (the first is the 400)."""
         if self.stream_options is not None and not self.stream:
             yield "stream_options is only allowed with stream: true"
-        if self.n != 1:
-            yield "n is not supported yet (only n=1: one choice per request)"
-        for name in ("frequency_penalty", "presence_penalty"):
-            if getattr(self, name):
-                yield f"{name} is not supported yet (only 0)"
         if self.logit_bias:
             yield "logit_bias is not supported yet"
 
@@ -124,8 +123,8 @@ class ChatCompletionRequest(_Sampling):
     function_call: str | dict[str, Any] | None = Field(None, description='"none" or "auto" (with no functions)')
     audio: dict[str, Any] | None = Field(None, description="unsupported (text output only)")
     modalities: list[str] | None = Field(None, description='only ["text"]')
-    logprobs: bool = Field(False, description="only false (not supported yet)")
-    top_logprobs: int | None = Field(None, ge=0, le=20, description="only 0 (not supported yet)")
+    logprobs: bool = Field(False, description="the log-probability of each generated token")
+    top_logprobs: int | None = Field(None, ge=0, le=20, description="and of the N likeliest (needs logprobs)")
     metadata: dict[str, str] | None = Field(None, description="accepted, ignored")
     store: bool | None = Field(None, description="accepted, ignored (nothing is stored)")
     parallel_tool_calls: bool | None = Field(None, description="accepted, ignored")
@@ -149,31 +148,43 @@ class ChatCompletionRequest(_Sampling):
             yield "audio is unsupported: this server writes text only"
         if self.modalities not in (None, ["text"]):
             yield "modalities is unsupported beyond ['text']: this server writes text only"
-        if self.logprobs or self.top_logprobs:
-            yield f"{'logprobs' if self.logprobs else 'top_logprobs'} is not supported yet"
+        if self.top_logprobs and not self.logprobs:
+            yield "top_logprobs needs logprobs: true"
 
     def token_limit(self) -> int:
         """The most tokens to generate: ``max_tokens`` or ``max_completion_tokens`` (default 64)."""
         return self.max_tokens or self.max_completion_tokens or 64
 
+    def wants_logprobs(self) -> bool:
+        return self.logprobs
+
+    def top_n(self) -> int:
+        return self.top_logprobs or 0
+
 
 class CompletionRequest(_Sampling):
     prompt: str | list[str] = Field(description="a prompt or a list of up to 16 prompts")
     max_tokens: int = Field(16, ge=1, le=MAX_TOKENS)
-    logprobs: int | None = Field(None, ge=0, le=5, description="not supported yet")
+    logprobs: int | None = Field(None, ge=0, le=20, description="each token's log-probability and the N likeliest")
     echo: bool = Field(False, description="only false (not supported yet)")
     best_of: int | None = Field(None, ge=1, le=20, description="only 1 (not supported yet)")
     suffix: str | None = Field(None, max_length=1000, description="not supported yet")
 
     def problems(self) -> Iterator[str]:
         yield from super().problems()
-        for name, given in (("logprobs", self.logprobs is not None), ("echo", self.echo),
-                            ("best_of", self.best_of not in (None, 1)), ("suffix", bool(self.suffix))):
+        for name, given in (("echo", self.echo), ("best_of", self.best_of not in (None, 1)),
+                            ("suffix", bool(self.suffix))):
             if given:
                 yield f"{name} is not supported yet"
 
     def token_limit(self) -> int:
         return self.max_tokens
+
+    def wants_logprobs(self) -> bool:
+        return self.logprobs is not None
+
+    def top_n(self) -> int:
+        return self.logprobs or 0
 
 
 class Document(_Strict):

@@ -23,16 +23,17 @@ from typing import TYPE_CHECKING, Callable
 
 from specrag_jax.models.packing import Chunk, bucket
 from specrag_jax.models.runner import ModelRunner
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.spec_tree import (TREE_BUDGETS, TokenTree, build_tree, count_trie_nodes, fit_budget,
                                           pad_tree, stack_trees)
 from specrag_jax.models.speculative import propose
 from specrag_jax.serving.policy import SchedulerConfig
-from specrag_jax.serving.requests import Request, Seq
+from specrag_jax.serving.requests import Request, Seq, TopLogprobs, top_of
 
 if TYPE_CHECKING:
     from specrag_jax.serving.engine import Engine
 
-AcceptFn = Callable[[Seq, int, float, float], None]  # (sequence, token, logprob, now)
+AcceptFn = Callable[[Seq, int, float, float, TopLogprobs | None], None]  # (sequence, token, logprob, now, top)
 
 
 @dataclasses.dataclass
@@ -51,9 +52,8 @@ class SpecWork:
 
     def run(self, runner: ModelRunner, cfg: SchedulerConfig):
         step = runner.pack(self.chunks, token_bucket=self.width * self.budget, min_seqs=self.width)
-        sp = [s.sampling for s in self.seqs]
-        return runner.speculate(step, stack_trees(self.trees), [p.temperature for p in sp], [p.top_k for p in sp],
-                                [p.top_p for p in sp], [p.seed for p in sp], [len(s.out) for s in self.seqs])
+        return runner.speculate(step, stack_trees(self.trees), SamplingBatch.of(
+            [s.sampling for s in self.seqs], [len(s.out) for s in self.seqs], [s.penalty_slot for s in self.seqs]))
 
 
 class SpecPlanner:
@@ -129,7 +129,7 @@ class SpecPlanner:
     def dispatch(self, work: SpecWork, outcome, now: float, accept: AcceptFn) -> None:
         """Emit each sequence's accepted tokens and bonus token (stopping where the sequence finishes)."""
         eng = self.engine
-        _, num_accepted, tokens, logprobs = outcome
+        _, num_accepted, tokens, logprobs, top_ids, top_lps = outcome
         c = eng.counters
         c["spec_steps"] += 1
         c[f"spec_budget_{work.budget}_steps"] += 1
@@ -144,7 +144,8 @@ class SpecPlanner:
             try:
                 for k in range(n + 1):
                     out += 1
-                    accept(s, int(tokens[row, k]), float(logprobs[row, k]), now)
+                    accept(s, int(tokens[row, k]), float(logprobs[row, k]), now,
+                           top_of(top_ids[row, k], top_lps[row, k], s.sampling.top_logprobs))
                     if s.finish is not None or s.phase != phase:
                         break  # tokens after a stop are dropped
             except Exception as exc:  # a failed phase transition fails its own request, not the step

@@ -19,9 +19,10 @@ import numpy as np
 from specrag_jax.models.generation import next_phase_prompt
 from specrag_jax.models.packing import Chunk, bucket
 from specrag_jax.models.runner import ModelRunner
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.speculative import SpeculationStats
 from specrag_jax.serving.policy import SchedulerConfig
-from specrag_jax.serving.requests import PhaseError, Request, Seq
+from specrag_jax.serving.requests import PhaseError, Request, Seq, TopLogprobs, top_of
 from specrag_jax.serving.spec_steps import SpecPlanner, SpecWork
 
 if TYPE_CHECKING:
@@ -50,9 +51,9 @@ class Work:
                            min_seqs=seqs if self.kind == "sample" else min_seqs)
         if self.kind == "score":
             return runner.score(step, self.targets)
-        sp = [s.sampling for s in self.row_seqs]
-        return runner.sample(step, [p.temperature for p in sp], [p.top_k for p in sp], [p.top_p for p in sp],
-                             [p.seed for p in sp], [len(s.out) for s in self.row_seqs])
+        return runner.sample(step, SamplingBatch.of([s.sampling for s in self.row_seqs],
+                                                    [len(s.out) for s in self.row_seqs],
+                                                    [s.penalty_slot for s in self.row_seqs]))
 
 
 KINDS = ("sample", "speculate", "score")  # the turn order of the step kinds
@@ -171,16 +172,17 @@ class StepBuilder:
                 eng.complete_score(r, np.asarray(outcome[offset: offset + n], np.float32))
                 offset += n
             return
-        ids, lps = outcome
         eng.record_tokens(len(work.row_seqs))
         done: dict[int, Request] = {}
-        for s, tok, lp in zip(work.row_seqs, ids, lps):
+        for row, s in enumerate(work.row_seqs):
+            tok, lp = outcome.ids[row], outcome.logprobs[row]
             if s.pages == [] or s.req.future.done():
                 continue  # cancelled while the step ran
             if s.spec_stats is not None and s.out:  # a plain decode step of a speculating sequence
                 s.spec_stats.record(0, 0, 1)
             try:
-                self._accept(s, int(tok), float(lp), now)
+                self._accept(s, int(tok), float(lp), now, top_of(outcome.top_ids[row], outcome.top_logprobs[row],
+                                                                  s.sampling.top_logprobs))
             except Exception as exc:  # a failed phase transition fails its own request, not the step
                 eng.fail(s.req, exc)
                 continue
@@ -189,10 +191,12 @@ class StepBuilder:
         for req in done.values():
             eng.complete(req)
 
-    def _accept(self, s: Seq, token: int, logprob: float, now: float) -> None:
+    def _accept(self, s: Seq, token: int, logprob: float, now: float, top: TopLogprobs | None = None) -> None:
         eng, req = self.engine, s.req
         s.out.append(token)
         s.logprobs.append(logprob)
+        if top is not None:
+            s.top_logprobs.append(top)
         if req.on_token is not None:
             try:
                 req.on_token(s.branch, token)
@@ -228,6 +232,6 @@ class StepBuilder:
         if s.spec_stats is not None:
             s.spec_stats = SpeculationStats()  # each phase's result has its own counts (as ``Generator``)
         s.prompt, s.prefilled = prompt, prefilled
-        s.out, s.logprobs, s.finish = [], [], None
+        s.out, s.logprobs, s.top_logprobs, s.finish = [], [], [], None
         s.phase += 1
         s.phase_started_at = now

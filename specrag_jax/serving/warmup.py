@@ -25,6 +25,8 @@ from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import NULL_PAGE
 from specrag_jax.models.packing import Chunk, bucket
+from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.spec_tree import TREE_BUDGETS, build_tree, check_budget, stack_trees
 from specrag_jax.xla_cache import default_xla_cache_dir, enable_xla_cache
 
@@ -107,8 +109,7 @@ def _run_shape(engine: "Engine", shape: StepShape) -> None:
         chunks = [Chunk(null, 0, tree.tokens, parents=tree.parents, positions=tree.positions(0), write=False)]
         step = r.pack(chunks * shape.seqs, token_bucket=shape.tokens, min_seqs=shape.seqs)
         n = shape.seqs
-        r.speculate(step, stack_trees([tree] * n), [0.0 if shape.greedy else 1.0] * n, [0] * n, [1.0] * n,
-                    [0] * n, [0] * n)
+        r.speculate(step, stack_trees([tree] * n), _rows(shape.greedy, n))
         return
     else:
         chunk = Chunk(null, 0, [0, 0], parents=[-1, -1], positions=[0, 0], write=False, rows=[0] * shape.rows)
@@ -116,7 +117,12 @@ def _run_shape(engine: "Engine", shape: StepShape) -> None:
         r.score(step, [0] * shape.rows)
         return
     n = step.num_rows
-    r.sample(step, [0.0 if shape.greedy else 1.0] * n, [0] * n, [1.0] * n, [0] * n, [0] * n)
+    r.sample(step, _rows(shape.greedy, n))
+
+
+def _rows(greedy: bool, n: int) -> SamplingBatch:
+    """``n`` warm-up rows: greedy or sampled (the two programs of each shape)."""
+    return SamplingBatch.of([SamplingParams(temperature=0.0 if greedy else 1.0)] * n, [0] * n)
 
 
 # Measured on this CPU: XLA maps ~300 memory regions per compiled SmolLM2 step program, ~410 per Gemma 3 one.
@@ -168,6 +174,8 @@ def warmup(engine: "Engine", level: str = "full", sampled: bool = True, score: b
     with CompileClock() as clock:
         for shape in todo:
             _run_shape(engine, shape)
+        engine.runner.penalties.warm([s.seqs for s in todo if s.kind in ("decode", "prefill")],
+                                     [(s.seqs, s.tokens // s.seqs) for s in todo if s.kind == "speculate"])
     report = WarmupReport(len(todo), time.perf_counter() - t0, clock.seconds)
     engine.counters["warmup_programs"] += report.programs
     engine.counters["warmup_s"] += round(report.seconds, 2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specrag_jax.models.sampling import sample_tokens
+from specrag_jax.models.penalties import PenaltyTable
+from specrag_jax.models.sampler import sample_tokens
+from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.sampling_filter import filtered_logits
 from specrag_jax.models.spec_accept import accept_tree, accept_trees
 from specrag_jax.models.spec_accept_ref import accept_reference
@@ -81,7 +86,9 @@ def test_filter_mirrors_sample_tokens(top_k, top_p, temp):
     logits = jax.random.normal(jax.random.PRNGKey(1), (rows, 30)) * 2.0
     t, k, p = jnp.full(rows, temp), jnp.full(rows, top_k, jnp.int32), jnp.full(rows, top_p)
     seeds, steps = jnp.arange(rows, dtype=jnp.int32), jnp.full(rows, 5, jnp.int32)
-    want, _ = sample_tokens(logits, t, k, p, seeds, steps, greedy_only=False)
+    batch = SamplingBatch.of([SamplingParams(temp, top_k, top_p)] * rows, [5] * rows)
+    batch = dataclasses.replace(batch, seeds=np.arange(rows, dtype=np.uint32))
+    want = sample_tokens(logits, batch, PenaltyTable(30, 4, jax.devices()[0]).state, greedy_only=False).ids
     keys = jax.vmap(lambda s, n: jax.random.fold_in(jax.random.PRNGKey(s), n))(seeds, steps)
     got = jax.vmap(jax.random.categorical)(keys, filtered_logits(logits, t, k, p))
     assert np.array_equal(np.asarray(got), np.asarray(want))

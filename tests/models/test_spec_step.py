@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from specrag_jax.kernels import make_pool
 from specrag_jax.models.config import tiny_config
 from specrag_jax.models.runner import Chunk, ModelRunner
+from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.spec_accept_ref import accept_reference
 from specrag_jax.models.spec_step import compact_accepted, pad_trees
 from specrag_jax.models.spec_tree import build_tree, stack_trees
@@ -80,8 +82,8 @@ def test_speculate_step_equals_logits_plus_reference_acceptance(tiny_runner, dat
             want.append(accept_reference(logits, tree, temperature, 0, 1.0, key))
         width = 4 if data.draw(st.booleans()) else 2  # padded sequences accept nothing and change nothing
         step = r.pack(chunks, token_bucket=width * budget, min_seqs=width)
-        path, n, tokens, _ = r.speculate(step, stack_trees(trees), [temperature] * 2, [0, 0], [1.0, 1.0],
-                                         [7, 8], [3, 3])
+        rows = SamplingBatch.of([SamplingParams(temperature, seed=7), SamplingParams(temperature, seed=8)], [3, 3])
+        path, n, tokens, *_ = r.speculate(step, stack_trees(trees), rows)
         for i, (wpath, wtokens) in enumerate(want):
             assert path[i, : n[i] + 1].tolist() == wpath
             if temperature == 0.0:

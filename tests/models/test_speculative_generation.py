@@ -13,6 +13,7 @@ from specrag_jax.models.generation import Generator, Phase
 from specrag_jax.models.ngram_proposer import NgramProposer
 from specrag_jax.models.runner import Chunk, ModelRunner
 from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.spec_tree import build_tree, stack_trees
 from specrag_jax.models.speculative import Speculation, combine_stats
 from specrag_jax.models.transformer import init_params
@@ -105,7 +106,7 @@ def test_kv_after_acceptance_equals_fresh_prefill(model, page_size):
         trees.append(tree)
         chunks.append(Chunk(pg, len(p), tree.tokens, parents=tree.parents, positions=tree.positions(len(p))))
     step = r.pack(chunks, token_bucket=2 * 16, min_seqs=2)
-    path, n, tokens, _ = r.speculate(step, stack_trees(trees), [0.0, 0.0], [0, 0], [1.0, 1.0], [0, 0], [1, 1])
+    path, n, tokens, *_ = r.speculate(step, stack_trees(trees), SamplingBatch.of([SamplingParams()] * 2, [1, 1]))
     assert list(n) == [5, 5] and all(tokens[i, :6].tolist() == plain[i].token_ids[1:7] for i in range(2))
     assert any(int(path[i, k]) != k for i in range(2) for k in range(1, 6))  # compaction really moved K/V
     for p, res, pg in zip(prompts, plain, pages):

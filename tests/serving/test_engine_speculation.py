@@ -246,10 +246,12 @@ def test_no_compilation_after_warmup_with_speculative_traffic():
     eng.start()
     try:
         sampled = SamplingParams(temperature=0.9, top_p=0.8, seed=3)
+        kinds = [SamplingParams(), sampled, SamplingParams(presence_penalty=0.4, repetition_penalty=1.2, top_logprobs=4),
+                 SamplingParams(0.8, seed=5, frequency_penalty=0.2, top_logprobs=1)]  # penalties, logprobs too
         with CompileClock() as clock:
-            reqs = [eng.submit_generate([], [[5 + i + j % 3 for j in range(3 + 2 * i)]],
-                                        sampled if i % 3 else SamplingParams(), max_new_tokens=8 + i,
-                                        speculation=Speculation(NgramProposer(), 16)) for i in range(12)]
+            reqs = [eng.submit_generate([], [[5 + i + j % 3 for j in range(3 + 2 * i)]], kinds[i % 4],
+                                        max_new_tokens=8 + i, speculation=Speculation(NgramProposer(), 16))
+                    for i in range(12)]
             for q in reqs:
                 q.result(120)
         assert eng.stats()["spec_steps"] > 0

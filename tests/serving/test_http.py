@@ -91,7 +91,7 @@ def test_rag_contract_with_documents_corpus_and_stream(client):
     (b"{not json", 400, "malformed JSON"),
     (json.dumps({"prompt": "hi", "bogus": 1}).encode(), 400, "bogus"),
     (json.dumps({"prompt": "hi", "temperature": -1}).encode(), 400, "temperature"),
-    (json.dumps({"prompt": "hi", "n": 2}).encode(), 400, "n"),
+    (json.dumps({"prompt": "hi", "n": 17}).encode(), 400, "n"),
     (json.dumps({"prompt": "hi", "model": "gpt-9"}).encode(), 400, "unknown model"),
     (json.dumps({"prompt": "x" * 5000, "max_tokens": 10}).encode(), 400, "too long"),
     (json.dumps({"prompt": []}).encode(), 400, "prompt"),

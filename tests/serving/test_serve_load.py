@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from benchmarks.serve_load import UNIQUE_QUESTIONS, _summary, rag_body
-from specrag_jax.serving.schemas import RagRequest
+from benchmarks.serve_load import UNIQUE_QUESTIONS, _summary, completion_body, rag_body
+from specrag_jax.serving.schemas import ChatCompletionRequest, RagRequest
 
 
 def test_rag_bodies_follow_the_endpoint_contract():
@@ -20,3 +20,9 @@ def test_summary_percentiles_and_errors():
     assert s["ok"] == 20 and s["errors"] == {"429": 1}
     assert s["latency_s"]["p50"] == 11.0 and s["latency_s"]["p95"] == 20.0
     assert s["requests_per_s"] == 2.0 and s["tokens_per_s"] == 50.0
+
+
+def test_chat_bodies_with_and_without_the_sampling_extras_are_valid():
+    plain, extras = ChatCompletionRequest(**completion_body(3, 16)), ChatCompletionRequest(**completion_body(3, 16, True))
+    assert not plain.logprobs and extras.logprobs and extras.top_n() == 5 and extras.repetition_penalty == 1.1
+    assert plain.messages == extras.messages and plain.token_limit() == extras.token_limit() == 16

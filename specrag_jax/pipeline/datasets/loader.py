@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.pipeline.closed_set import closed_set
 from specrag_jax.pipeline.datasets import musique, rqa_reader, selfrag
 from specrag_jax.pipeline.datasets.records import iter_records
 from specrag_jax.pipeline.datasets.tasks import get_task
@@ -52,6 +53,7 @@ def check_task(row: dict, task: str, where: str) -> None:
     if task == "arc_c" and not row.get("choices"):
         raise SpecRagError(f"{where}: 'choices' is missing: --task arc_c needs multiple-choice rows "
                            "(Self-RAG 'choices' and 'answerKey')")
+    closed_set(task, row.get("choices"), where)  # every choice has a label and a text (the prompts show them)
     if task == "pubhealth" and not all(str(g).strip().lower() in ("true", "false") for g in row["ground_truth"]):
         raise SpecRagError(f"{where}: 'ground_truth' must be true or false for --task pubhealth "
                            f"(got {row['ground_truth'][:3]!r})")

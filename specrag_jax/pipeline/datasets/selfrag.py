@@ -70,8 +70,8 @@ def _arc(obj: dict, where: str) -> tuple[list[dict], list[str]]:
     if not isinstance(labels, list) or not isinstance(texts, list) or not labels or len(labels) != len(texts):
         raise row_error(where, "choices", 'must be {"label": [...], "text": [...]} with lists of the same '
                                           f"length (got {short(choices)})")
-    out = [{"label": answer_text(lab, "choices.label", where), "text": answer_text(t, "choices.text", where)}
-           for lab, t in zip(labels, texts)]
+    out = [{"label": answer_text(lab, f"choices.label[{i}]", where), "text": answer_text(t, f"choices.text[{i}]", where)}
+           for i, (lab, t) in enumerate(zip(labels, texts))]
     key = obj.get("answerKey")
     if not isinstance(key, (str, int)) or str(key) not in [c["label"] for c in out]:
         raise row_error(where, "answerKey", "must be one of the choices' labels "

@@ -124,5 +124,6 @@ def test_eval_bad_rows_are_one_line_errors(capsys, tmp_path, stub_eval):
     assert main(["eval", "--data", str(MINI), "--format", "musique"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "line 1: 'answer' is missing" in err[0]
-    with pytest.raises(SystemExit):
-        main(["eval", "--data", str(MINI), "--task", "nq"])
+    assert main(["eval", "--data", str(MINI), "--task", "nq"]) == 2  # one line, not argparse's usage text
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["specrag: error: unknown task 'nq'; choose one of popqa, triviaqa, musique, pubhealth, arc_c"]

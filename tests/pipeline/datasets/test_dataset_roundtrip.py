@@ -53,3 +53,7 @@ def test_convert_script(tmp_path, capsys):
     out = tmp_path / "dev_musique.jsonl"
     assert convert_main(["--data", str(DEV), "--to", "musique", "--out", str(out), "--limit", "3"]) == 0
     assert [_view(r) for r in load_rows(out).rows] == [_view(r) for r in load_rows(DEV, limit=3).rows]
+    assert convert_main(["--data", str(DEV), "--to", "selfrag", "--out", str(out), "--limit", "3", "--every", "34"]) == 0
+    assert [_view(r) for r in load_rows(out).rows] == [_view(r) for r in load_rows(DEV).rows[::34][:3]]
+    with pytest.raises(SystemExit):
+        convert_main(["--data", str(DEV), "--to", "selfrag", "--out", str(out), "--every", "0"])

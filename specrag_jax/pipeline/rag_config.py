@@ -1,0 +1,60 @@
+"""``RAGConfig``: every setting of one SpecRAG pipeline, checked in one place, and the cascade's defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.pipeline.lossless import check_lossless
+from specrag_jax.pipeline.progressive import check_progressive
+from specrag_jax.pipeline.reranking import check_rerank
+from specrag_jax.pipeline.selection import ScoreOptions, check_selection
+from specrag_jax.pipeline.verifier_prompts import check_prompt_form
+
+# the cascade's defaults, chosen on the train split (benchmarks/choose_cascade.py, cascade_choice_train.json)
+DEFAULT_SELECTION = "evidence"
+DEFAULT_TAU_MIN: float | None = 0.5
+DEFAULT_CONSENSUS = False  # the all-agree fast path (accepting unanimous drafts unverified) lost accuracy there
+
+
+@dataclasses.dataclass
+class RAGConfig:
+    n_docs: int = 10
+    m: int = 5
+    k: int = 2
+    max_draft_tokens: int = 64  # rationale budget; the answer gets max_answer_tokens
+    max_answer_tokens: int = 32
+    max_doc_tokens: int = 160
+    scores: ScoreOptions = ScoreOptions()
+    selection: str = DEFAULT_SELECTION  # "rho" | "evidence" | "rho+agg" | "evidence+agg" (pipeline/selection.py)
+    tau_min: float | None = DEFAULT_TAU_MIN
+    fallback: str = "standard"  # or "unanswerable"
+    consensus: bool = DEFAULT_CONSENSUS
+    seed: int = 0
+    verifier_prompt: str = "auto"  # "chat" | "plain" | "auto" (chat for an instruction-tuned verifier)
+    proposer: str = "both"  # lossless mode's proposer: "ngram" | "drafts" | "both"
+    tree_budget: int = 16  # lossless mode's largest token tree per verifier step (8, 16, 32 or 64)
+    lossless_fallback: bool = True  # the tau_min "standard" fallback decodes through the lossless path
+    rerank: str = "none"  # "none" | "kv" (stored document K/V) | "recompute" (pipeline/reranking.py)
+    reranker: str | None = None  # the reranker's model name; None = the drafter
+    n_coarse: int = 50  # coarse (BM25) candidates reranked when the question comes without passages
+    rerank_group: int = 10  # candidates the fine reranker scores per group
+    rerank_patience: int = 2  # stop once the fine top-n_docs set is unchanged this many groups (math.inf: never)
+    progressive_prefill: int = 0  # N > 0: prefill once the top set is stable N groups (pipeline/progressive.py)
+
+    def check(self) -> None:
+        if self.n_docs < 1:
+            raise SpecRagError(f"n_docs must be >= 1 (got {self.n_docs})")
+        if self.m < 1:
+            raise SpecRagError(f"m (number of drafts) must be >= 1 (got {self.m})")
+        if self.k < 1:
+            raise SpecRagError(f"k (number of clusters) must be >= 1 (got {self.k})")
+        if self.fallback not in ("standard", "unanswerable"):
+            raise SpecRagError(f"fallback must be 'standard' or 'unanswerable' (got {self.fallback!r})")
+        check_prompt_form(self.verifier_prompt)
+        check_selection(self.selection)
+        check_lossless(self.proposer, self.tree_budget)
+        check_rerank(self.rerank, self.reranker, self.n_coarse, self.rerank_group, self.rerank_patience)
+        check_progressive(self.progressive_prefill, self.rerank, self.rerank_patience)
+        if self.tau_min is not None and not 0.0 <= self.tau_min <= 1.0:
+            raise SpecRagError(f"tau_min must be in [0, 1] (got {self.tau_min})")
