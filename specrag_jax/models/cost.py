@@ -25,6 +25,10 @@ class Cost:
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(self.flops + other.flops, self.bytes + other.bytes, self.steps + other.steps)
 
+    def times(self, steps: int) -> "Cost":
+        """``steps`` repeats of this one-step cost."""
+        return Cost(self.flops * steps, self.bytes * steps, self.steps * steps)
+
     def bound_s(self, flops_per_s: float, bytes_per_s: float) -> float:
         """Seconds at the machine's peaks: compute- or memory-bound per the larger of the two (summed over
         steps by the caller building one Cost per step kind)."""
@@ -81,8 +85,7 @@ def prefill_cost(model: ModelCost, prompt: int, chunk: int, *, cached: int = 0) 
 
 def decode_cost(model: ModelCost, steps: int, batch: int, context: float) -> Cost:
     """``steps`` decode steps of ``batch`` sequences, each reading ``context`` cached tokens on average."""
-    one = model.step(batch, batch * (context + 1), context=batch * context)
-    return Cost(one.flops * steps, one.bytes * steps, steps)
+    return model.step(batch, batch * (context + 1), context=batch * context).times(steps)
 
 
 def tree_cost(model: ModelCost, prefix: int, tree_tokens: int, branches: int) -> Cost:

@@ -65,10 +65,13 @@ def next_phase_prompt(prompt: list[int], out: list[int], between: BetweenFn | No
     return new_prompt, min(valid, len(new_prompt) - 1)
 
 
+DEFAULT_MAX_PREFILL_TOKENS = 512  # prompt tokens per prefill step (chunked prefill)
+
+
 class Generator:
     """Generates continuations for a batch of token prompts with one ModelRunner."""
 
-    def __init__(self, runner: ModelRunner, eos_ids: Sequence[int] = (), max_prefill_tokens: int = 512,
+    def __init__(self, runner: ModelRunner, eos_ids: Sequence[int] = (), max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
                  speculation: Speculation | None = None) -> None:
         """``speculation``: decode with token-tree speculation (``speculative.py``); None = plain decoding."""
         self.runner = runner

@@ -19,7 +19,7 @@ from specrag_jax.pipeline.closed_set import from_row
 from specrag_jax.pipeline.datasets import score_answer
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.lossless import summarize_speculation
-from specrag_jax.pipeline.roofline import answer_roofline, mean_roofline
+from specrag_jax.pipeline.roofline import mean_roofline, model_cost, roofline
 from specrag_jax.pipeline.selection import (EVIDENCE_TERMS, PLAIN_TERMS, SELECTIONS, ScoreOptions, best,
                                             score_drafts, select, selection_confidence)
 from specrag_jax.pipeline.specrag import METHODS, SpecRAG
@@ -90,6 +90,7 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
     acc: dict[str, dict[str, Any]] = {m: {"correct": [], "latency": [], "wall": [], "compile": 0.0, "by_source": {},
                                           "tokens": {k: 0 for k in TOKEN_KEYS}, "stages": {}, "speculation": [],
                                           "recall": [], "rerank": [], "roofline": []} for m in methods}
+    costs = (model_cost(rag.drafter), model_cost(rag.verifier))  # the roofline's per-model constants, once
     predictions = []
     verified: list[tuple[list[Draft], dict]] = []  # the speculative drafts and their question row
     paths: list[tuple[str | None, bool]] = []
@@ -122,7 +123,7 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
                 a["tokens"][k] += int(result.trace.get(k, 0))
             stages = stage_seconds(result.trace)
             if compile_s <= ROOFLINE_MAX_COMPILE_SHARE * total:  # a compiling stage is not judged by its bound
-                a["roofline"].append(answer_roofline(rag, result.trace, method))
+                a["roofline"].append(roofline(result.trace, *costs, method, peaks_once()))
             if "speculation" in result.trace:
                 a["speculation"].append(result.trace["speculation"])
             for k, v in stages.items():

@@ -20,8 +20,9 @@ import jax
 
 from specrag_jax.machine_peaks import MachinePeaks, peaks_once
 from specrag_jax.models.cost import Cost, ModelCost, causal_pairs, decode_cost, prefill_cost, tree_cost
+from specrag_jax.models.generation import DEFAULT_MAX_PREFILL_TOKENS
 
-PREFILL_CHUNK = 512  # tokens per prefill step (the Generator's max_prefill_tokens)
+PREFILL_CHUNK = DEFAULT_MAX_PREFILL_TOKENS  # tokens per prefill step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +54,8 @@ def _generation(trace: Mapping, verifier: ModelCost) -> tuple[Cost, Cost]:
     if counts and counts.get("steps"):
         steps = int(counts["steps"])
         per_step = 1 + counts.get("proposed", 0) / steps  # the last token plus the proposed tree
-        one = verifier.step(round(per_step), per_step * (prompt + new / 2), context=prompt + new / 2)
-        return prefill, Cost(one.flops * steps, one.bytes * steps, steps)
+        tree_step = verifier.step(round(per_step), per_step * (prompt + new / 2), context=prompt + new / 2)
+        return prefill, tree_step.times(steps)
     return prefill, decode_cost(verifier, max(new - 1, 0), 1, prompt + new / 2)
 
 
@@ -72,8 +73,8 @@ def stage_costs(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method:
         one = drafter.step(tokens, pairs, logits_rows=0)  # pooled hidden states: no head
         out["clustering"] = (float(trace["clustering_s"]), Cost(one.flops, drafter.weight_bytes * steps, steps))
     if "drafter_prefill_tokens" in trace:
-        prompt = int(trace["drafter_prefill_tokens"]) - int(trace.get("drafter_shared_prefix_tokens", 0))
         shared = int(trace.get("drafter_shared_prefix_tokens", 0))
+        prompt = int(trace["drafter_prefill_tokens"]) - shared
         per_draft = prompt / drafts
         pairs = causal_pairs(shared) + drafts * causal_pairs(round(per_draft), shared)
         pre = drafter.step(shared + prompt, pairs, logits_rows=drafts)
