@@ -6,6 +6,7 @@ import jax
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels.blocked import paged_tree_attention_blocked
+from specrag_jax.kernels.decode_blocked import paged_decode_attention_blocked
 from specrag_jax.kernels.metadata import AttentionMetadata, ancestor_mask, chain_parents
 from specrag_jax.kernels.page_pool import (
     NULL_PAGE,
@@ -39,13 +40,18 @@ def paged_attention(
 ) -> jax.Array:
     """Dispatch to an implementation; every one has the semantics of ``paged_tree_attention_reference``.
 
-    impl "reference": plain jnp (the CPU path): long single-sequence steps in query blocks (``blocked.py``, same
-    result at a cache-sized working set), the rest ``paged_tree_attention_reference``. impl "pallas": the paged
+    impl "reference": plain jnp (the CPU path): decode steps in key blocks up to the longest sequence
+    (``decode_blocked.py``), long single-sequence steps in query blocks (``blocked.py``; both the reference's
+    result at a lower cost), the rest ``paged_tree_attention_reference``. impl "pallas": the paged
     decode kernel when ``decode`` (every sequence's chunk is one token), else the tree kernel (``plan``: its
     prebuilt work lists, optional).
     On a CPU host the Pallas kernels run in interpret mode (slow; for tests).
     """
     if impl == "reference":
+        if decode:
+            return paged_decode_attention_blocked(
+                q, k_new, v_new, k_pool, v_pool, meta, scale=scale, window=window, softcap=softcap
+            )
         return paged_tree_attention_blocked(
             q, k_new, v_new, k_pool, v_pool, meta, scale=scale, window=window, softcap=softcap, tree=tree
         )
@@ -86,6 +92,7 @@ __all__ = [
     "make_pool",
     "pages_needed",
     "paged_attention",
+    "paged_decode_attention_blocked",
     "paged_tree_attention_blocked",
     "paged_tree_attention_reference",
     "slots_for",

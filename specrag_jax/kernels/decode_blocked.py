@@ -1,0 +1,88 @@
+"""Decode-step paged attention in plain jnp: key blocks in a loop that stops at the longest sequence.
+
+In a decode step each valid token is its sequence's only new token (parent -1): its chunk part is itself and
+its prefix is its own sequence's pages. The general reference gathers the whole page-table bucket at once
+(up to twice the longest sequence: the page buckets are powers of two), materialises the gathered keys and
+values in memory and transposes them for head-major einsums. Here the keys are read in blocks of about
+``BLOCK_TOKENS`` (a few pages) with an online softmax (flash-decoding) in a ``fori_loop`` whose trip count
+is the longest valid sequence's block count (and, under a sliding window, starts at the window's first
+block): a block's gathered K/V stays in cache, the bucket's empty tail is never read, and the queries stay
+token-major so every einsum batches over the gathered keys' leading (token, head) axes as they lie.
+
+On the 2-core EPYC (SmolLM2 heads, 8 sequences, one layer, a 128-page bucket): 600-1,200 cached tokens
+1.1 ms, 150-300 tokens 0.3 ms, against 3.0 and 2.4 ms for the whole-bucket gather.
+
+Same arguments and result as ``paged_tree_attention_reference`` on decode metadata (tested against it).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from specrag_jax.kernels.metadata import AttentionMetadata
+from specrag_jax.kernels.reference import MASKED_SCORE, softcap_scores
+
+BLOCK_TOKENS = 128  # keys per loop step: 8 pages of 16 (measured best of 64-512 tokens, SmolLM2 heads)
+
+
+def paged_decode_attention_blocked(
+    q: jax.Array,
+    k_new: jax.Array,
+    v_new: jax.Array,
+    k_pool: jax.Array,
+    v_pool: jax.Array,
+    meta: AttentionMetadata,
+    *,
+    scale: float,
+    window: jax.Array | int = 0,
+    softcap: float | None = None,
+    block_tokens: int = BLOCK_TOKENS,
+) -> jax.Array:
+    """Attention of one query token per sequence over its cached prefix and itself.
+
+    Precondition (``pallas_decode.is_decode_step``): every valid token is the only token of its sequence
+    in the step, with parent -1. q: [T, Hq, D]; k_new/v_new: [T, Hkv, D]; pools [N, page_size, Hkv, D].
+    Returns [T, Hq, D] in q's dtype; padding rows are zeros.
+    """
+    t, hq, d = q.shape
+    page_size, hkv = k_pool.shape[1], k_pool.shape[2]
+    g = hq // hkv
+    f32 = jnp.float32
+    ppb = max(1, block_tokens // page_size)  # pages per block
+    blk = ppb * page_size
+    tables = meta.page_table[meta.token_seq]  # [T, P]: each token reads its own sequence's pages
+    pad = -tables.shape[1] % ppb  # whole blocks only (a dynamic slice past the end would be shifted back)
+    tables = jnp.pad(tables, ((0, 0), (0, pad)))
+    lens = jnp.where(meta.token_valid, meta.kv_lens[meta.token_seq], 0)
+    pos = meta.positions
+    window = jnp.asarray(window, jnp.int32)
+    qh = q.reshape(t, hkv, g, d).astype(f32) * scale  # [T, Hkv, G, D]
+    first_key = jnp.where(window > 0, jnp.maximum(pos - window + 1, 0), 0)  # the window's first visible key
+    lo = jnp.min(jnp.where(meta.token_valid, first_key, jnp.iinfo(jnp.int32).max)) // blk
+    hi = (jnp.max(lens) + blk - 1) // blk
+
+    def block(b, carry):
+        m, l, acc = carry
+        pages = lax.dynamic_slice_in_dim(tables, b * ppb, ppb, axis=1)  # [T, ppb]
+        k = k_pool[pages].reshape(t, blk, hkv, d).astype(f32)
+        v = v_pool[pages].reshape(t, blk, hkv, d).astype(f32)
+        key = b * blk + jnp.arange(blk)
+        visible = (key[None, :] < lens[:, None]) & ((window <= 0) | (pos[:, None] - key[None, :] < window))
+        s = softcap_scores(jnp.einsum("tkgd,tjkd->tkgj", qh, k), softcap)
+        s = jnp.where(visible[:, None, None, :], s, MASKED_SCORE)
+        m_new = jnp.maximum(m, s.max(-1))
+        p = jnp.exp(s - m_new[..., None])
+        c = jnp.exp(m - m_new)
+        return m_new, l * c + p.sum(-1), acc * c[..., None] + jnp.einsum("tkgj,tjkd->tkgd", p, v)
+
+    # The token's own key starts the softmax (always visible to itself), so the running max is finite.
+    s_self = softcap_scores(jnp.einsum("tkgd,tkd->tkg", qh, k_new.astype(f32)), softcap)
+    init = (s_self, jnp.ones_like(s_self), jnp.broadcast_to(v_new.astype(f32)[:, :, None, :], (t, hkv, g, d)))
+    _, l, acc = lax.fori_loop(lo, jnp.maximum(hi, lo), block, init)
+    out = jnp.where(meta.token_valid[:, None, None, None], acc / l[..., None], 0.0)  # padding rows -> 0
+    return out.reshape(t, hq, d).astype(q.dtype)
+
+
+__all__ = ["BLOCK_TOKENS", "paged_decode_attention_blocked"]

@@ -1,0 +1,90 @@
+"""The key-blocked decode attention (the CPU decode path) against the reference, on random and edge shapes."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specrag_jax.kernels import AttentionMetadata, paged_attention, paged_tree_attention_reference
+from specrag_jax.kernels.decode_blocked import paged_decode_attention_blocked
+
+HEADS = [(4, 1, 32), (9, 3, 16), (4, 4, 8), (8, 2, 16)]  # (q heads, kv heads, head_dim)
+T = 8  # tokens per step (fixed: the jitted functions are reused across examples)
+
+
+def decode_step(rng, heads, ps, lens, p_max, *, order=None, dtype=jnp.float32):
+    """Token i continues sequence order[i] (position kv_len); tokens past len(lens) are padding."""
+    hq, hkv, d = heads
+    n_pages = 1 + sum(-(-(n + 1) // ps) for n in lens)
+    k_pool, v_pool = (jnp.asarray(rng.normal(size=(n_pages, ps, hkv, d)), dtype) for _ in range(2))
+    q = jnp.asarray(rng.normal(size=(T, hq, d)), dtype)
+    k_new, v_new = (jnp.asarray(rng.normal(size=(T, hkv, d)), dtype) for _ in range(2))
+    s = len(lens)
+    order = np.arange(s) if order is None else np.asarray(order)
+    free = list(rng.permutation(np.arange(1, n_pages)))
+    tables = np.zeros((max(s, 1), p_max), np.int32)  # unused entries: the null page 0
+    for i, n in enumerate(lens):
+        tables[i, : -(-(n + 1) // ps)] = [free.pop() for _ in range(-(-(n + 1) // ps))]
+    kv_lens = np.zeros(max(s, 1), np.int32)
+    kv_lens[:s] = lens
+    token_seq = np.zeros(T, np.int32)
+    token_seq[:s] = order
+    valid = np.arange(T) < s
+    meta = AttentionMetadata(token_seq, np.where(valid, kv_lens[token_seq], 0).astype(np.int32),
+                             np.full(T, -1, np.int32), valid, np.full(T, n_pages * ps, np.int32), tables, kv_lens)
+    return q, k_new, v_new, k_pool, v_pool, meta
+
+
+@functools.cache
+def _blocked(softcap, block_tokens):
+    return jax.jit(functools.partial(paged_decode_attention_blocked, scale=0.3, softcap=softcap,
+                                     block_tokens=block_tokens))
+
+
+@functools.cache
+def _reference(softcap):
+    return jax.jit(functools.partial(paged_tree_attention_reference, scale=0.3, softcap=softcap, tree=False))
+
+
+def check(case, window, softcap, block_tokens, tol=2e-5):
+    got = np.asarray(_blocked(softcap, block_tokens)(*case, window=window), np.float32)
+    want = np.asarray(_reference(softcap)(*case, window=window), np.float32)
+    assert np.abs(got - want).max() <= tol, np.abs(got - want).max()
+    assert np.all(got[~np.asarray(case[-1].token_valid)] == 0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(heads=st.sampled_from(HEADS), ps=st.sampled_from([1, 4, 16]),
+       lens=st.lists(st.integers(0, 70), min_size=1, max_size=T), window=st.sampled_from([0, 1, 5, 33]),
+       softcap=st.sampled_from([None, 20.0]), block_tokens=st.sampled_from([1, 16, 48, 128]),
+       seed=st.integers(0, 2**16))
+def test_matches_reference_on_random_steps(heads, ps, lens, window, softcap, block_tokens, seed):
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(lens))  # tokens need not follow sequence order
+    p_max = -(-(max(lens) + 1) // ps) + int(rng.integers(0, 3))  # a bucket wider than the longest sequence
+    check(decode_step(rng, heads, ps, lens, p_max, order=order), window, softcap, block_tokens)
+
+
+def test_edge_steps():
+    rng = np.random.default_rng(0)
+    # every sequence empty; exactly full pages; one long sequence among empty ones; a traced window
+    for lens in ([0, 0, 0], [16, 32, 48], [0, 200, 0, 1]):
+        case = decode_step(rng, HEADS[1], 16, lens, -(-(max(lens) + 1) // 16) + 1)
+        check(case, 0, None, 32)
+        check(case, jnp.int32(17), None, 32)
+    # bfloat16 pools and queries
+    case = decode_step(rng, HEADS[0], 4, [9, 50, 3], 16, dtype=jnp.bfloat16)
+    check(case, 0, 30.0, 16, tol=2e-2)
+
+
+def test_dispatch_uses_it_for_decode_steps():
+    """``paged_attention`` (impl "reference", decode=True) returns the blocked result exactly."""
+    case = decode_step(np.random.default_rng(3), HEADS[1], 4, [5, 17, 0, 40], 12)
+    got = paged_attention(*case, scale=0.3, decode=True, tree=False)
+    want = paged_decode_attention_blocked(*case, scale=0.3)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
