@@ -48,6 +48,7 @@ def paged_decode_attention_blocked(
     """
     t, hq, d = q.shape
     page_size, hkv = k_pool.shape[1], k_pool.shape[2]
+    k_pool, v_pool = jnp.asarray(k_pool), jnp.asarray(v_pool)  # indexed by the loop's traced block
     g = hq // hkv
     f32 = jnp.float32
     ppb = max(1, block_tokens // page_size)  # pages per block

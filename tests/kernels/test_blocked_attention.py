@@ -1,4 +1,5 @@
-"""The query-blocked attention (the CPU path for long steps) against the reference and brute force."""
+"""The blocked attention (the CPU path: key blocks, query blocks for long steps) against the reference and brute
+force."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.kernels.test_reference_attention import brute_force, random_case, to_
 @given(
     seed=st.integers(0, 2**31 - 1),
     block=st.sampled_from([1, 3, 4, 8]),
+    key_block=st.sampled_from([1, 4, 256]),
     ps=st.sampled_from([1, 4, 16]),
     tree=st.booleans(),
     window=st.sampled_from([0, 1, 3, 8]),
@@ -24,7 +26,7 @@ from tests.kernels.test_reference_attention import brute_force, random_case, to_
     heads=st.sampled_from([(4, 1), (4, 2), (3, 3)]),
     pad=st.integers(0, 5),
 )
-def test_blocked_matches_reference_and_brute_force(seed, block, ps, tree, window, softcap, heads, pad):
+def test_blocked_matches_reference_and_brute_force(seed, block, key_block, ps, tree, window, softcap, heads, pad):
     """One sequence (the blocked path's case), blocks that do and do not divide the step, padding rows."""
     rng = np.random.default_rng(seed)
     hq, hkv = heads
@@ -36,7 +38,8 @@ def test_blocked_matches_reference_and_brute_force(seed, block, ps, tree, window
     v_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
     meta = to_meta(seqs, t_pad, ps, k_pool.shape[0])
     kw = dict(scale=0.3, window=window, softcap=softcap, tree=tree)
-    got = np.asarray(paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, block=block, **kw))
+    got = np.asarray(paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, block=block,
+                                                  key_block=key_block, **kw))
     ref = np.asarray(paged_tree_attention_reference(q, k_new, v_new, k_pool, v_pool, meta, **kw))
     np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5)
     want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, 0.3, window, softcap)
@@ -44,15 +47,33 @@ def test_blocked_matches_reference_and_brute_force(seed, block, ps, tree, window
     assert np.all(got[total:] == 0)
 
 
-def test_several_sequences_take_the_reference():
-    rng = np.random.default_rng(0)
-    k_pool, v_pool, seqs, total = random_case(rng, 3, 8, 10, 4, 4, 2, 8, True)
-    q = rng.normal(size=(total, 4, 8)).astype(np.float32)
-    kv = rng.normal(size=(total, 2, 8)).astype(np.float32)
-    meta = to_meta(seqs, total, 4, k_pool.shape[0])
-    got = paged_tree_attention_blocked(q, kv, kv, k_pool, v_pool, meta, scale=0.5, block=2)
-    ref = paged_tree_attention_reference(q, kv, kv, k_pool, v_pool, meta, scale=0.5)
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+@settings(max_examples=10, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    n_seqs=st.integers(2, 4),
+    key_block=st.sampled_from([1, 4, 8, 256]),
+    ps=st.sampled_from([1, 4]),
+    tree=st.booleans(),
+    window=st.sampled_from([0, 2, 7]),
+    pad=st.integers(0, 3),
+)
+def test_several_sequences_in_key_blocks(seed, n_seqs, key_block, ps, tree, window, pad):
+    """Several sequences (prefixes of different lengths, some empty) read their pages in key blocks."""
+    rng = np.random.default_rng(seed)
+    k_pool, v_pool, seqs, total = random_case(rng, n_seqs, 20, 6, ps, 4, 2, 8, tree)
+    t_pad = total + pad
+    q = rng.normal(size=(t_pad, 4, 8)).astype(np.float32) * 3
+    k_new = rng.normal(size=(t_pad, 2, 8)).astype(np.float32)
+    v_new = rng.normal(size=(t_pad, 2, 8)).astype(np.float32)
+    meta = to_meta(seqs, t_pad, ps, k_pool.shape[0])
+    kw = dict(scale=0.5, window=window, tree=tree)
+    got = np.asarray(paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, key_block=key_block,
+                                                  **kw))
+    ref = np.asarray(paged_tree_attention_reference(q, k_new, v_new, k_pool, v_pool, meta, **kw))
+    np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5)
+    want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, 0.5, window, None)
+    np.testing.assert_allclose(got[:total], want[:total], atol=2e-5, rtol=1e-5)
+    assert np.all(got[total:] == 0)
 
 
 def test_pack_refuses_a_parent_after_its_child():
