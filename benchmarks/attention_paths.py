@@ -1,0 +1,104 @@
+"""Per-layer attention cost of the CPU paths against the reference, on the shapes the pipeline's steps take.
+
+Each case builds one layer's page pool and a step's metadata at a real model's head shape, then times (best
+of ``--repeats``, after a compile) the reference (``paged_tree_attention_reference``: the whole page-table
+bucket gathered at once) and the path ``paged_attention`` dispatches to on a CPU (``kernels/decode_blocked.py``
+for decode steps, ``kernels/blocked.py`` otherwise: cached keys in blocks up to the longest valid prefix).
+Both run in this one process, so the ratio is what the change buys here; outputs agree to float32 rounding.
+The bound is the larger of reading the visible cached K/V once at this machine's measured bandwidth and the
+score and value matmuls over the visible query-key pairs (4 x q heads x head_dim FLOPs each) at its measured
+matmul rate.
+
+Usage: python benchmarks/attention_paths.py [--repeats 5] [--out benchmarks/results/attention_paths.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import loadavg, run_header, write_results  # noqa: E402
+from specrag_jax.kernels import AttentionMetadata, paged_attention, paged_tree_attention_reference  # noqa: E402
+from specrag_jax.machine_peaks import measure_peaks  # noqa: E402
+
+HEADS = {"smollm2": (9, 3, 64), "qwen2.5-1.5b": (12, 2, 128)}  # (q heads, kv heads, head_dim)
+PAGE = 16
+# (name, heads, queries per sequence, cached tokens per sequence, page-table bucket in pages)
+CASES = [
+    ("drafting decode, 8 drafts x 600 cached", "smollm2", 1, [600] * 5 + [0] * 3, 64),
+    ("drafting decode, 8 drafts x 1,200 cached", "smollm2", 1, [1200] * 5 + [0] * 3, 128),
+    ("drafting prefill, 2 sequences x 256 queries, 80 cached", "smollm2", 256, [80, 80], 64),
+    ("standard prefill, 512 queries, 512 cached (4k prompt's 2nd chunk)", "qwen2.5-1.5b", 512, [512], 256),
+    ("standard prefill, 512 queries, 3,584 cached (4k prompt's last chunk)", "qwen2.5-1.5b", 512, [3584], 256),
+    ("standard decode, 1 sequence x 4,000 cached", "qwen2.5-1.5b", 1, [4000], 256),
+]
+
+
+def build_case(heads, per_seq: int, lens: list[int], bucket_pages: int, rng):
+    hq, hkv, d = heads
+    s = len(lens)
+    n_pages = 1 + s * bucket_pages
+    k_pool = jnp.asarray(rng.standard_normal((n_pages, PAGE, hkv, d)), jnp.float32)
+    v_pool = jnp.asarray(rng.standard_normal((n_pages, PAGE, hkv, d)), jnp.float32)
+    t = s * per_seq
+    q = jnp.asarray(rng.standard_normal((t, hq, d)), jnp.float32)
+    k_new = jnp.asarray(rng.standard_normal((t, hkv, d)), jnp.float32)
+    v_new = jnp.asarray(rng.standard_normal((t, hkv, d)), jnp.float32)
+    tables = (1 + np.arange(s * bucket_pages).reshape(s, bucket_pages)).astype(np.int32)
+    token_seq = np.repeat(np.arange(s, dtype=np.int32), per_seq)
+    offset = np.tile(np.arange(per_seq, dtype=np.int32), s)
+    kv_lens = np.asarray(lens, np.int32)
+    positions = kv_lens[token_seq] + offset
+    parents = np.where(offset == 0, -1, np.arange(t) - 1).astype(np.int32)
+    meta = AttentionMetadata(token_seq, positions, parents, np.ones(t, bool), np.full(t, n_pages * PAGE, np.int32),
+                             tables, kv_lens)
+    return (q, k_new, v_new, k_pool, v_pool, meta), per_seq == 1
+
+
+def best_ms(fn, args, repeats: int) -> float:
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return 1e3 * min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default="benchmarks/results/attention_paths.json")
+    args = ap.parse_args()
+    peaks = measure_peaks()
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, model, per_seq, lens, bucket_pages in CASES:
+        case, decode = build_case(HEADS[model], per_seq, lens, bucket_pages, rng)
+        reference = jax.jit(functools.partial(paged_tree_attention_reference, scale=0.1, tree=False))
+        dispatched = jax.jit(functools.partial(paged_attention, scale=0.1, tree=False, decode=decode))
+        ref_ms, new_ms = best_ms(reference, case, args.repeats), best_ms(dispatched, case, args.repeats)
+        err = float(jnp.abs(reference(*case) - dispatched(*case)).max())
+        hq, hkv, d = HEADS[model]
+        kv_bytes = 2 * sum(lens) * hkv * d * 4
+        pairs = sum(n * per_seq + per_seq * (per_seq + 1) // 2 for n in lens)  # cached + causal chunk keys
+        bound_ms = 1e3 * max(kv_bytes / peaks.bytes_per_s, 4 * hq * d * pairs / peaks.flops_per_s)
+        rows.append({"case": name, "model_heads": model, "reference_ms": round(ref_ms, 3),
+                     "dispatched_ms": round(new_ms, 3), "speedup": round(ref_ms / new_ms, 2),
+                     "bound_ms": round(bound_ms, 3), "dispatched_over_bound": round(new_ms / bound_ms, 2), "max_abs_diff": err})
+        print(f"{name}: reference {ref_ms:.2f} ms, dispatched {new_ms:.2f} ms ({ref_ms / new_ms:.1f}x), "
+              f"bound {bound_ms:.2f} ms, max diff {err:.1e}", flush=True)
+    write_results(args.out, {**run_header(), "peaks": peaks.to_dict(), "loadavg_after": loadavg(), "cases": rows})
+
+
+if __name__ == "__main__":
+    main()
