@@ -26,7 +26,7 @@ class StreamOptions(StrictModel):
     include_obfuscation: bool | None = Field(None, description="accepted, ignored (chunks are never padded)")
 
 
-class _Sampling(StrictModel):
+class SamplingRequest(StrictModel):
     """What /v1/completions and /v1/chat/completions share. ``null`` is the default, as in OpenAI's API; a field
     this server cannot honour is a 400 naming it (``problems``)."""
 
@@ -56,7 +56,7 @@ class _Sampling(StrictModel):
         return data
 
     @model_validator(mode="after")
-    def _refuse(self) -> "_Sampling":
+    def _refuse(self) -> "SamplingRequest":
         for message in self.problems():
             raise PydanticCustomError("unsupported", "{message}", {"message": message})
         return self
@@ -111,7 +111,7 @@ class ChatMessage(StrictModel):
         return {"role": "system" if self.role == "developer" else self.role, "content": text}
 
 
-class ChatCompletionRequest(_Sampling):
+class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1, max_length=64)
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="default 64")
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="the same as max_tokens")
@@ -161,7 +161,7 @@ class ChatCompletionRequest(_Sampling):
         return self.top_logprobs or 0
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(SamplingRequest):
     prompt: str | list[str] = Field(description="a prompt or a list of up to 16 prompts")
     max_tokens: int = Field(16, ge=1, le=MAX_TOKENS)
     logprobs: int | None = Field(None, ge=0, le=20, description="each token's log-probability and the N likeliest")
