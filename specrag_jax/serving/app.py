@@ -75,7 +75,7 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
     """The app around a (not yet started) service; the app's lifespan starts it and drains it on shutdown."""
     metrics = metrics or Metrics(lambda: service.unique_engines)
     for eng in service.unique_engines.values():
-        eng._on_stage = metrics.on_engine_stage
+        eng.on_stage = metrics.on_engine_stage
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
