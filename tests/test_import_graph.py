@@ -1,8 +1,9 @@
-"""The package's import graph, read with ``ast`` (every import, function-level ones included).
+"""The package's import graph, read with ``ast`` (every import, function-level and ``TYPE_CHECKING`` ones included).
 
 Layers point one way (DESIGN.md section 2): ``kernels <- models <- parallel``, ``models <- pipeline <- serving``;
 ``parallel`` sits above ``models`` because its axis rules and placements know ``ModelConfig`` and the
 parameter tree, and ``models`` reaches a placement only through ``models.placement_api.StepPlacement``.
+No module of any package imports itself back through others.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_in(source: str, module: str, is_package: bool = False) -> set[str]:
-    """Every specrag_jax module ``source`` (the text of ``module``) imports, at any depth of the file."""
+def imports_in(source: str, module: str, is_package: bool = False, modules: frozenset[str] = frozenset()) -> set[str]:
+    """Every specrag_jax module ``source`` (the text of ``module``) imports, at any depth of the file.
+
+    ``from pkg import name`` imports the submodule ``pkg.name`` when that is one of ``modules``, else ``pkg``
+    itself (a name its ``__init__`` defines)."""
     package = module if is_package else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
@@ -34,13 +38,18 @@ def imports_in(source: str, module: str, is_package: bool = False) -> set[str]:
             if node.level:  # relative: drop (level - 1) trailing parts of the package
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            found.add(base)
+            subs = {f"{base}.{alias.name}" for alias in node.names} & modules
+            found.update(subs)
+            if len(subs) < len(node.names):
+                found.add(base)
     return {name for name in found if name == PACKAGE or name.startswith(PACKAGE + ".")}
 
 
 def module_graph() -> dict[str, set[str]]:
-    return {_module_name(p): imports_in(p.read_text(encoding="utf-8"), _module_name(p), p.name == "__init__.py")
-            for p in sorted(ROOT.rglob("*.py"))}
+    paths = sorted(ROOT.rglob("*.py"))
+    modules = frozenset(map(_module_name, paths))
+    return {_module_name(p): imports_in(p.read_text(encoding="utf-8"), _module_name(p), p.name == "__init__.py",
+                                        modules) for p in paths}
 
 
 def _top(module: str) -> str:
@@ -89,10 +98,22 @@ def test_packages_form_no_cycle():
     assert cycle is None, " -> ".join(cycle)
 
 
-@pytest.mark.parametrize("package", ["kernels", "models", "parallel"])
+PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file())
+
+
+def test_every_package_is_checked():
+    assert {"kernels", "models", "parallel", "pipeline", "retrieval", "serving", "training"} <= set(PACKAGES)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_modules_form_no_cycle(package):
     graph = {m: {t for t in ts if _top(t) == package} for m, ts in module_graph().items() if _top(m) == package}
     cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_modules_form_no_cycle_across_packages():
+    cycle = find_cycle(module_graph())
     assert cycle is None, " -> ".join(cycle)
 
 
@@ -118,3 +139,12 @@ def test_imports_in_sees_function_level_and_relative_imports():
               "def f():\n    from specrag_jax.parallel.placement import put_global\n")
     assert imports_in(source, "specrag_jax.models.x") == {
         "specrag_jax.models", "specrag_jax.kernels", "specrag_jax.parallel.placement"}
+
+
+def test_imports_in_resolves_submodules_imported_from_their_package():
+    source = "from specrag_jax.models import sampling, NAME\nfrom . import layers\n"
+    modules = frozenset({"specrag_jax.models.sampling", "specrag_jax.models.layers"})
+    assert imports_in(source, "specrag_jax.models.x", modules=modules) == {
+        "specrag_jax.models.sampling", "specrag_jax.models", "specrag_jax.models.layers"}
+    assert imports_in("from specrag_jax.models import sampling\n", "specrag_jax.models.x", modules=modules) == {
+        "specrag_jax.models.sampling"}

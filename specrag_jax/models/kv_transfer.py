@@ -113,4 +113,4 @@ def runner_read_kv(runner, pages: Sequence[int], n_tokens: int) -> tuple[np.ndar
 
 def runner_write_kv(runner, items: Sequence[tuple[Sequence[int], np.ndarray, np.ndarray]]) -> None:
     """``write_kv_many`` into a ``ModelRunner``'s pool (the runner keeps the updated pool)."""
-    runner.pool = write_kv_many(runner.pool, items, getattr(runner, "_pool_shardings", None))
+    runner.pool = write_kv_many(runner.pool, items, runner.pool_shardings)

@@ -210,6 +210,11 @@ class ModelRunner:
         return tuple(np.asarray(x)[:s] for x in out)
 
     # ---------------------------------------------------------------- sharded execution
+    @property
+    def pool_shardings(self) -> KVPool | None:
+        """The pool's shardings under a placement (where writes into the pool must land), else None."""
+        return self._pool_shardings if self.placement is not None else None
+
     def _run(self, kind: str, *args, **statics):
         """One step: the shared jitted function, or (with a placement) this runner's sharded compilation."""
         if self.placement is None:

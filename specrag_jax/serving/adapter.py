@@ -129,7 +129,7 @@ class EngineGenerator:
         self.eos_ids = engine.eos_ids
 
     def check_prompt(self, prompt: Sequence[int], max_new_tokens: int) -> None:
-        self.engine._checker.check_prompt(prompt, max_new_tokens)
+        self.engine.check_prompt(prompt, max_new_tokens)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling=SamplingParams(), max_new_tokens: int = 64,
                  stop_fn: StopFn | None = None, speculation: Speculation | None = None) -> list[GenerationResult]:

@@ -13,8 +13,9 @@ import contextlib
 import hmac
 import json
 import logging
+from typing import Annotated
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Body, Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -25,7 +26,9 @@ from specrag_jax.serving.adapter import RequestContext
 from specrag_jax.serving.metrics import Metrics
 from specrag_jax.serving.openai_api import OpenAIHandlers
 from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout
-from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, RagRequest
+from specrag_jax.serving.rag_openapi import RAG_RESPONSES, REQUEST_EXAMPLES
+from specrag_jax.serving.rag_schemas import RagRequest
+from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest
 from specrag_jax.serving.service import Service
 from specrag_jax.serving.sse import abandon, queued_until_done, sse, until_done_or_gone
 
@@ -72,7 +75,7 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
     """The app around a (not yet started) service; the app's lifespan starts it and drains it on shutdown."""
     metrics = metrics or Metrics(lambda: service.unique_engines)
     for eng in service.unique_engines.values():
-        eng._on_stage = metrics.on_engine_stage
+        eng.on_stage = metrics.on_engine_stage
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -168,8 +171,10 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         return await openai.completions(body, request, chat=True)
 
-    @app.post("/v1/rag", dependencies=guarded)
-    async def rag(body: RagRequest, request: Request):
+    @app.post("/v1/rag", dependencies=guarded, responses=RAG_RESPONSES)
+    async def rag(body: Annotated[RagRequest, Body(openapi_examples=REQUEST_EXAMPLES)], request: Request):
+        """Answer a question with Speculative RAG (or a baseline ``method``) over the given passages or the
+        server's corpus: the answer, its rationale, the cited documents, every draft's scores and the trace."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         on_event = (lambda e: loop.call_soon_threadsafe(queue.put_nowait, e)) if body.stream else None

@@ -6,7 +6,8 @@ chunks, verification trees -- into one ragged batch under the token budget, (4) 
 model's ``ModelRunner`` (``pack`` pads to buckets) and (5) hands results back through futures. Sampling,
 speculation (token trees, ``spec_steps.py``) and scoring steps take turns when several kinds of work wait
 (the runner has one program per kind).
-Callers on other threads only enqueue, cancel and read counters.
+Callers on other threads only enqueue, cancel and read counters. The engine's pages, requests and counters
+are its ``EngineState`` (``engine_state.py``), which the step builders work on.
 """
 
 from __future__ import annotations
@@ -14,24 +15,22 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Callable, Sequence
-
-import numpy as np
+from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.generation import BetweenFn, GenerationResult, Generator, Phase
+from specrag_jax.models.generation import BetweenFn, Phase
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.speculative import Speculation, SpeculationStats, check_can_speculate
 from specrag_jax.serving.admission import Admitter, worst_case_pages
+from specrag_jax.serving.engine_state import EngineState, StageFn
 from specrag_jax.serving.policy import Backpressure, SchedulerConfig
 from specrag_jax.serving.prefix_cache import PrefixCache
 from specrag_jax.serving.requests import (
     EngineError, EngineStopped, QueueFull, Request, RequestCancelled, RequestTimeout, StopFn, TokenFn, Tree,
 )
 from specrag_jax.serving.steps import StepBuilder
-
-StageFn = Callable[[str, str, float], None]  # (engine, stage, seconds)
+from specrag_jax.serving.warmup import WarmupReport, warmup
 
 
 class Engine:
@@ -40,26 +39,59 @@ class Engine:
     def __init__(self, runner: ModelRunner, eos_ids: Sequence[int] = (), *, name: str = "model",
                  config: SchedulerConfig | None = None, prefix_cache: bool = True,
                  on_stage: StageFn | None = None) -> None:
-        self.runner, self.name = runner, name
-        self.config = config or SchedulerConfig()
-        self.eos_ids = frozenset(int(e) for e in eos_ids)
-        self.cache = PrefixCache(runner.allocator, runner.page_size, enabled=prefix_cache)
-        runner.penalties.reserve(self.config.max_running)  # before warm-up: the slot count is a step shape
-        self.admitter = Admitter(runner.allocator, self.cache, runner.page_size, runner.max_seq_len,
-                                 runner.penalties)
-        self.backpressure = Backpressure(self.config)
-        self._checker = Generator(runner, eos_ids)
-        self._on_stage = on_stage
+        self.state = EngineState(runner, eos_ids, name=name, config=config, prefix_cache=prefix_cache,
+                                 on_stage=on_stage)
         self._cv = threading.Condition()
-        self._state = threading.Lock()  # held while the loop mutates pages / requests
-        self._queue: collections.deque[Request] = collections.deque()
-        self._running: list[Request] = []
-        self._steps = StepBuilder(self)
+        self._steps = StepBuilder(self.state)
         self._thread: threading.Thread | None = None
         self._accepting = False
         self._stop = False
-        self.counters = collections.Counter()
-        self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens generated)
+
+    # ------------------------------------------------------------------ the state's parts
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+    @property
+    def runner(self) -> ModelRunner:
+        return self.state.runner
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return self.state.config
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self.state.eos_ids
+
+    @property
+    def cache(self) -> PrefixCache:
+        return self.state.cache
+
+    @property
+    def admitter(self) -> Admitter:
+        return self.state.admitter
+
+    @property
+    def backpressure(self) -> Backpressure:
+        return self.state.backpressure
+
+    @property
+    def counters(self) -> collections.Counter:
+        return self.state.counters
+
+    @property
+    def on_stage(self) -> StageFn | None:
+        """Told ``(engine, stage, seconds)`` of every queue wait, step and request (the metrics' hook)."""
+        return self.state.on_stage
+
+    @on_stage.setter
+    def on_stage(self, fn: StageFn | None) -> None:
+        self.state.on_stage = fn
+
+    def check_prompt(self, prompt: Sequence[int], max_new_tokens: int) -> None:
+        """Refuse a prompt the context cannot hold with ``max_new_tokens`` more."""
+        self.state.check_prompt(prompt, max_new_tokens)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "Engine":
@@ -74,11 +106,9 @@ class Engine:
         return self._thread is not None
 
     def warmup(self, level: str = "full", sampled: bool = True, score: bool = True,
-               spec_budget: int | None = None):
+               spec_budget: int | None = None) -> WarmupReport:
         """Compile the step shapes this engine can reach (``serving.warmup``; ``spec_budget``: also speculation
         steps with trees up to that budget); before ``start()``."""
-        from specrag_jax.serving.warmup import warmup
-
         return warmup(self, level, sampled, score, spec_budget=spec_budget)
 
     def stop(self, drain: bool = True, timeout: float | None = None) -> None:
@@ -86,7 +116,7 @@ class Engine:
         with self._cv:
             self._accepting = False
             if not drain:
-                for r in list(self._queue) + self._running:
+                for r in list(self.state.queue) + self.state.running:
                     r.cancelled = True
             self._stop = True
             self._cv.notify_all()
@@ -129,7 +159,7 @@ class Engine:
         prefix = [int(t) for t in prefix]
         suffixes = [[int(t) for t in s] for s in suffixes]
         for s in suffixes:
-            self._checker.check_prompt(prefix + s, max_new_tokens)
+            self.state.check_prompt(prefix + s, max_new_tokens)
         return Request("generate", prefix, suffixes, params, max_new_tokens, stop_fn, on_token,
                        speculation=speculation)
 
@@ -174,63 +204,61 @@ class Engine:
         if need > total:
             raise SpecRagError(f"request needs {need} KV pages; the {self.name} pool has {total}")
         req.deadline = None if timeout is None else time.perf_counter() + timeout
-        req._engine = self
+        req.on_cancel = self.wake
         with self._cv:
             if not self._accepting:
                 raise EngineStopped(f"engine {self.name} is not accepting requests")
-            if len(self._queue) >= self.config.max_queue:
+            if len(self.state.queue) >= self.config.max_queue:
                 raise QueueFull(f"engine {self.name} queue is full ({self.config.max_queue} waiting)")
-            self._queue.append(req)
+            self.state.queue.append(req)
             self._cv.notify_all()
         return req
 
     # ------------------------------------------------------------------ counters
     def stats(self) -> dict:
         """Live counters (pages free/cached/total, queue depth, running, hit rate, tokens/s, ...)."""
-        with self._state:
+        st = self.state
+        with st.lock:
             now = time.perf_counter()
-            while self._recent and self._recent[0][0] < now - 10.0:
-                self._recent.popleft()
-            window = now - self._recent[0][0] if self._recent else 0.0
+            while st.recent and st.recent[0][0] < now - 10.0:
+                st.recent.popleft()
+            window = now - st.recent[0][0] if st.recent else 0.0
             alloc = self.runner.allocator
             return {
                 "pages_free": alloc.num_free, "pages_cached": self.cache.num_cached_only,
-                "pages_total": alloc.num_usable, "queue_depth": len(self._queue),
-                "running_requests": len(self._running),
+                "pages_total": alloc.num_usable, "queue_depth": len(st.queue),
+                "running_requests": len(st.running),
                 "running_seqs": sum(s.finish is None and s.sampling is not None
-                                    for r in self._running for s in r.seqs),
+                                    for r in st.running for s in r.seqs),
                 "prefix_hit_rate": self.cache.hit_rate, "prefix_hit_tokens": self.cache.hit_tokens,
                 "prefix_lookup_tokens": self.cache.lookup_tokens,
-                "tokens_per_s": sum(n for _, n in self._recent) / max(window, 1.0) if self._recent else 0.0,
+                "tokens_per_s": sum(n for _, n in st.recent) / max(window, 1.0) if st.recent else 0.0,
                 "prefill_chunk": self.backpressure.chunk, **dict(self.counters),
             }
 
     def reset_prefix_cache(self) -> int:
         """Evict every page only the prefix cache holds (cold-cache measurements); returns the pages freed."""
-        with self._state:
+        with self.state.lock:
             return self.cache.clear()
-
-    def stage(self, stage: str, seconds: float) -> None:
-        if self._on_stage is not None:
-            self._on_stage(self.name, stage, seconds)
 
     # ------------------------------------------------------------------ loop
     def _loop(self) -> None:
+        st = self.state
         while True:
             with self._cv:
-                while not self._queue and not self._running and not self._stop:
+                while not st.queue and not st.running and not self._stop:
                     self._cv.wait()
-                if self._stop and not self._queue and not self._running:
+                if self._stop and not st.queue and not st.running:
                     return
             try:
                 self._iteration()
             except Exception as exc:  # a bug must not kill the loop: fail what is in flight, keep serving
-                with self._state:
-                    for req in list(self._queue) + list(self._running):
-                        self._finish(req, EngineError(f"engine error: {exc}"))
+                with st.lock:
+                    for req in list(st.queue) + list(st.running):
+                        st.finish(req, EngineError(f"engine error: {exc}"))
 
     def _iteration(self) -> None:
-        with self._state:
+        with self.state.lock:
             self._reap()
             self._admit()
             work = self._steps.build()
@@ -240,95 +268,40 @@ class Engine:
             return
         try:
             outcome = work.run(self.runner, self.config)
-            with self._state:
+            with self.state.lock:
                 self._steps.dispatch(work, outcome)
         except Exception as exc:  # a failed step fails the requests in it
-            with self._state:
+            with self.state.lock:
                 for req in {id(r): r for r in work.requests}.values():
-                    self._finish(req, EngineError(f"engine step failed: {exc}"))
+                    self.state.finish(req, EngineError(f"engine step failed: {exc}"))
 
     def _reap(self) -> None:
         now = time.perf_counter()
-        for req in list(self._queue) + list(self._running):
+        st = self.state
+        for req in list(st.queue) + list(st.running):
             if req.cancelled:
-                self._finish(req, RequestCancelled("request cancelled"))
+                st.finish(req, RequestCancelled("request cancelled"))
             elif req.deadline is not None and now > req.deadline:
-                self._finish(req, RequestTimeout("request timed out"))
+                st.finish(req, RequestTimeout("request timed out"))
 
     def _admit(self) -> None:
-        while self._queue:
-            running = sum(len(r.seqs) or 1 for r in self._running)
-            req = self._queue[0]
+        st = self.state
+        while st.queue:
+            running = sum(len(r.seqs) or 1 for r in st.running)
+            req = st.queue[0]
             if running and running + max(len(req.seqs), len(req.suffixes), 1) > self.config.max_running:
                 return
             if not self.admitter.admit(req):
                 return  # head of line waits for pages
-            self._queue.popleft()
+            st.queue.popleft()
             if req.speculation is not None:
                 for s in req.seqs:
                     s.spec_stats = SpeculationStats()
             req.admitted_at = time.perf_counter()
-            self.stage("queue", req.admitted_at - req.submitted_at)
-            self._running.append(req)
+            st.stage("queue", req.admitted_at - req.submitted_at)
+            st.running.append(req)
             self.counters["admitted"] += 1
-            self.counters["peak_running_requests"] = max(self.counters["peak_running_requests"], len(self._running))
+            self.counters["peak_running_requests"] = max(self.counters["peak_running_requests"], len(st.running))
             p = req.prefix_seq
             if req.kind == "generate" and p is not None and p.prefilled == len(p.prompt):
-                self.prefix_ready(req)
-
-    # ------------------------------------------------------------------ used by the step builder
-    def prefix_ready(self, req: Request) -> None:
-        """A group's shared prefix is in the pool: its branches may run; the prefix sequence lets go."""
-        for s in req.seqs:
-            s.ready = True
-        self.admitter.release(Request("generate", [], seqs=[req.prefix_seq]))  # type: ignore[list-item]
-        req.prefix_seq = None
-
-    def record_tokens(self, n: int) -> None:
-        self._recent.append((time.perf_counter(), n))
-        self.counters["generated_tokens"] += n
-
-    def running_requests(self) -> list[Request]:
-        return self._running
-
-    def _finish(self, req: Request, error: BaseException | None = None, value=None) -> None:
-        self.admitter.release(req)
-        if req in self._running:
-            self._running.remove(req)
-        if req in self._queue:
-            self._queue.remove(req)
-        self.counters["failed" if error else "completed"] += 1
-        if error is not None and isinstance(error, (RequestCancelled, RequestTimeout)):
-            self.counters["cancelled" if isinstance(error, RequestCancelled) else "timed_out"] += 1
-        if not req.future.done():
-            if error is not None:
-                req.future.set_exception(error)
-            else:
-                req.future.set_result(value)
-
-    def fail(self, req: Request, error: BaseException) -> None:
-        """End a request with an error (its pages return to the pool)."""
-        self._finish(req, error if isinstance(error, SpecRagError) else EngineError(f"engine error: {error}"))
-
-    def complete(self, req: Request) -> None:
-        now = time.perf_counter()
-        if req.kind == "score":
-            return
-        results = [self.result_of(s) for s in req.seqs]
-        if req.phases:  # one list per phase: the earlier phases' results were kept as each branch moved on
-            results = [[s.phase_results[p] for s in req.seqs] for p in range(len(req.phases) - 1)] + [results]
-        self.stage("request", now - req.submitted_at)
-        self._finish(req, value=results)
-
-    @staticmethod
-    def result_of(s) -> GenerationResult:
-        """The result of a sequence's current (just finished) phase."""
-        start = s.req.admitted_at if not s.phase_results else s.phase_started_at
-        return GenerationResult(list(s.out), list(s.logprobs), s.finish or "length", len(s.prompt),
-                                s.prefill_done_at - start, s.finished_at - s.prefill_done_at,
-                                shared_prefix_tokens=s.req.shared_len, speculation=s.spec_stats,
-                                top_logprobs=list(s.top_logprobs) if s.sampling.top_logprobs else None)
-
-    def complete_score(self, req: Request, logprobs: np.ndarray) -> None:
-        self.stage("request", time.perf_counter() - req.submitted_at)
-        self._finish(req, value=logprobs)
+                st.prefix_ready(req)

@@ -17,7 +17,7 @@ from specrag_jax.models.text_model import TextModel
 from specrag_jax.serving.openai_choices import choice, usage
 from specrag_jax.serving.openai_stream import StreamSpec, stream_chunks
 from specrag_jax.serving.requests import RequestTimeout
-from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, _Sampling
+from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, SamplingRequest
 from specrag_jax.serving.service import Service
 from specrag_jax.serving.sse import abandon, until_done_or_gone
 
@@ -47,7 +47,7 @@ def branch_seed(seed: int, branch: int) -> int:
     return (seed + branch * 0x9E3779B9) % 2**32
 
 
-def sampling_of(body: _Sampling) -> list[SamplingParams]:
+def sampling_of(body: SamplingRequest) -> list[SamplingParams]:
     """One ``SamplingParams`` per choice (``n``); no ``seed``: a random one (the same seed gives the same
     output)."""
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)

@@ -119,13 +119,13 @@ class Request:
     cached_tokens: int = 0  # prompt tokens served by the prefix cache
     submitted_at: float = dataclasses.field(default_factory=time.perf_counter)
     admitted_at: float = 0.0
-    _engine: object = None
+    on_cancel: Callable[[], None] | None = None  # set by the engine that queued it: wakes its loop
 
     def cancel(self) -> None:
         """Ask the engine to drop this request (its pages return to the pool on the next step)."""
         self.cancelled = True
-        if self._engine is not None:
-            self._engine.wake()  # type: ignore[attr-defined]
+        if self.on_cancel is not None:
+            self.on_cancel()
 
     def phase_limit(self, seq: Seq) -> tuple[int, StopFn | None]:
         """The token budget and stop condition of the phase ``seq`` is in."""

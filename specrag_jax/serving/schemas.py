@@ -1,4 +1,5 @@
-"""HTTP request bodies (pydantic, unknown fields refused). Field names are the public contract.
+"""The OpenAI-compatible request bodies (pydantic, unknown fields refused). Field names are the public contract;
+/v1/rag's request and response are in ``rag_schemas.py``.
 
 The OpenAI bodies take what the official ``openai`` SDK sends; a field this server cannot honour is a one-line
 400 naming it: "unsupported" (never served here) or "not supported yet"."""
@@ -10,24 +11,22 @@ from typing import Annotated, Any, Iterator, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from specrag_jax.pipeline.reranking import RERANK_MODES
-from specrag_jax.pipeline.selection import SELECTIONS
-from specrag_jax.pipeline.specrag import METHODS
-
 MAX_TOKENS = 4096
 MAX_N = 16  # choices per prompt
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
+    """A request body that refuses unknown fields."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class StreamOptions(_Strict):
+class StreamOptions(StrictModel):
     include_usage: bool = Field(False, description="a last chunk with `usage` and no choices, before [DONE]")
     include_obfuscation: bool | None = Field(None, description="accepted, ignored (chunks are never padded)")
 
 
-class _Sampling(_Strict):
+class SamplingRequest(StrictModel):
     """What /v1/completions and /v1/chat/completions share. ``null`` is the default, as in OpenAI's API; a field
     this server cannot honour is a 400 naming it (``problems``)."""
 
@@ -57,7 +56,7 @@ class _Sampling(_Strict):
         return data
 
     @model_validator(mode="after")
-    def _refuse(self) -> "_Sampling":
+    def _refuse(self) -> "SamplingRequest":
         for message in self.problems():
             raise PydanticCustomError("unsupported", "{message}", {"message": message})
         return self
@@ -86,7 +85,7 @@ class ContentPart(BaseModel):
     text: str | None = Field(None, max_length=200_000)
 
 
-class ChatMessage(_Strict):
+class ChatMessage(StrictModel):
     role: Literal["system", "developer", "user", "assistant"] = Field(description="developer = system")
     content: Union[Annotated[str, Field(max_length=200_000)], Annotated[list[ContentPart], Field(max_length=64)]] = (
         Field(description="a string, or a list of text parts (joined by newlines)"))
@@ -112,7 +111,7 @@ class ChatMessage(_Strict):
         return {"role": "system" if self.role == "developer" else self.role, "content": text}
 
 
-class ChatCompletionRequest(_Sampling):
+class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1, max_length=64)
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="default 64")
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="the same as max_tokens")
@@ -162,7 +161,7 @@ class ChatCompletionRequest(_Sampling):
         return self.top_logprobs or 0
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(SamplingRequest):
     prompt: str | list[str] = Field(description="a prompt or a list of up to 16 prompts")
     max_tokens: int = Field(16, ge=1, le=MAX_TOKENS)
     logprobs: int | None = Field(None, ge=0, le=20, description="each token's log-probability and the N likeliest")
@@ -185,35 +184,3 @@ class CompletionRequest(_Sampling):
 
     def top_n(self) -> int:
         return self.logprobs or 0
-
-
-class Document(_Strict):
-    id: str | int
-    title: str = ""
-    text: str
-
-
-class RagRequest(_Strict):
-    question: str = Field(min_length=1, max_length=10_000)
-    documents: list[Union[str, Document]] | None = Field(
-        None, max_length=64, description="passages; without them the server's corpus is searched")
-    method: Literal[METHODS] = "speculative"  # type: ignore[valid-type]
-    m: int | None = Field(None, ge=1, le=16, description="number of drafts")
-    k: int | None = Field(None, ge=1, le=16, description="number of clusters")
-    rerank: Literal[RERANK_MODES] | None = Field(None, description="none | kv | recompute (default: the server's)")  # type: ignore[valid-type]
-    reranker: str | None = Field(None, max_length=200, description="the server's reranker model (name or role)")
-    n_coarse: int | None = Field(None, ge=1, le=1000, description="coarse candidates reranked (corpus search)")
-    rerank_group: int | None = Field(None, ge=1, le=100, description="candidates per fine-reranker group")
-    rerank_patience: int | None = Field(None, ge=1, le=1000, description="stable groups before reranking stops")
-    progressive_prefill: int | None = Field(None, ge=0, le=1000, description="stable groups before prefilling")
-    selection: Literal[SELECTIONS] | None = Field(  # type: ignore[valid-type]
-        None, description="rho | evidence | rho+agg | evidence+agg (default: the server's)")
-    tau_min: float | None = Field(None, ge=0.0, le=1.0, description="the cascade's confidence floor (0: never falls "
-                                                                    "back; default: the server's)")
-    stream: bool = False
-
-    def rag_options(self) -> dict:
-        """The RAGConfig fields this request overrides (None: the server's default)."""
-        names = ("m", "k", "rerank", "reranker", "n_coarse", "rerank_group", "rerank_patience", "progressive_prefill",
-                 "selection", "tau_min")
-        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}

@@ -23,9 +23,11 @@ from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.reranking import Scorer
 from specrag_jax.pipeline.specrag import RAGAnswer, RAGConfig, SearchFn, SpecRAG, SubsetFn
 from specrag_jax.serving.adapter import EngineTextModel, RequestContext
-from specrag_jax.serving.engine import Engine, StageFn
+from specrag_jax.serving.engine import Engine
 from specrag_jax.serving.engine_reranker import EngineReranker
+from specrag_jax.serving.engine_state import StageFn
 from specrag_jax.serving.policy import SchedulerConfig
+from specrag_jax.serving.warmup import check_map_budget, step_shapes, warmup
 
 
 SPECULATIVE = ("none", "ngram")  # proposers of /v1/completions and /v1/chat/completions (no drafts)
@@ -120,8 +122,6 @@ class Service:
         The verifier's engine scores trees, and so does the reranker's for kv reranking: they compile the
         scoring shapes. With ``--speculative`` every engine compiles the speculation steps up to
         ``spec_budget`` (the verifier's: up to the lossless mode's ``tree_budget`` too)."""
-        from specrag_jax.serving.warmup import check_map_budget, step_shapes, warmup
-
         scorers = {id(self.engines["verifier"])}
         if self.reranker_role is not None and self.reranker_factory is not None:  # kv reranking scores trees too
             scorers.add(id(self.engines[self.reranker_role]))

@@ -18,8 +18,7 @@ are dropped, and the K/V the step compacted beyond is never read.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable
-
+from typing import Callable
 
 from specrag_jax.models.packing import Chunk, bucket
 from specrag_jax.models.runner import ModelRunner
@@ -27,11 +26,9 @@ from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.spec_tree import (TREE_BUDGETS, TokenTree, build_tree, count_trie_nodes, fit_budget,
                                           pad_tree, stack_trees)
 from specrag_jax.models.speculative import propose
+from specrag_jax.serving.engine_state import EngineState
 from specrag_jax.serving.policy import SchedulerConfig
 from specrag_jax.serving.requests import Request, Seq, TopLogprobs, top_of
-
-if TYPE_CHECKING:
-    from specrag_jax.serving.engine import Engine
 
 AcceptFn = Callable[[Seq, int, float, float, TopLogprobs | None], None]  # (sequence, token, logprob, now, top)
 
@@ -59,8 +56,8 @@ class SpecWork:
 class SpecPlanner:
     """Builds speculation steps for one engine and hands their results back."""
 
-    def __init__(self, engine: "Engine") -> None:
-        self.engine = engine
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
         self._cache: dict[Seq, tuple[tuple[int, int], list[list[int]]]] = {}
         self.fell_back = False  # the last plan had ready sequences but no tree fitted the token budget
 
@@ -71,13 +68,13 @@ class SpecPlanner:
             return hit[1]
         limit, _ = s.req.phase_limit(s)
         props = propose(s.req.speculation.proposer_for(s.branch), s.prompt + s.out, limit - len(s.out) - 1,
-                        self.engine.runner.cfg.vocab_size)
+                        self.state.runner.cfg.vocab_size)
         self._cache[s] = (key, props)
         return props
 
     def _room(self, s: Seq, kv_len: int) -> int | None:
         """The largest tree budget within the request's cap that the sequence's pages and context hold."""
-        r = self.engine.runner
+        r = self.state.runner
         slots = min(len(s.pages) * r.page_size, r.max_seq_len)
         fits = [b for b in TREE_BUDGETS if b <= s.req.speculation.max_budget and kv_len + b <= slots]
         return fits[-1] if fits else None
@@ -85,7 +82,7 @@ class SpecPlanner:
     def plan(self, decoding: list[Seq]) -> SpecWork | None:
         """The speculation step for the ready sequences among ``decoding``, or None (nothing ready, or no tree
         fits the token budget: they decode plainly)."""
-        eng = self.engine
+        eng = self.state
         cands = [s for s in decoding if s.req.speculation is not None and s.spec_stats is not None]
         keep = set(cands)
         self._cache = {s: v for s, v in self._cache.items() if s in keep}
@@ -128,7 +125,7 @@ class SpecPlanner:
 
     def dispatch(self, work: SpecWork, outcome, now: float, accept: AcceptFn) -> None:
         """Emit each sequence's accepted tokens and bonus token (stopping where the sequence finishes)."""
-        eng = self.engine
+        eng = self.state
         _, num_accepted, tokens, logprobs, top_ids, top_lps = outcome
         c = eng.counters
         c["spec_steps"] += 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,12 +20,10 @@ from specrag_jax.models.packing import Chunk, bucket
 from specrag_jax.models.runner import ModelRunner
 from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.speculative import SpeculationStats
+from specrag_jax.serving.engine_state import EngineState
 from specrag_jax.serving.policy import SchedulerConfig
 from specrag_jax.serving.requests import PhaseError, Request, Seq, TopLogprobs, top_of
 from specrag_jax.serving.spec_steps import SpecPlanner, SpecWork
-
-if TYPE_CHECKING:
-    from specrag_jax.serving.engine import Engine
 
 
 @dataclasses.dataclass
@@ -60,20 +57,22 @@ KINDS = ("sample", "speculate", "score")  # the turn order of the step kinds
 
 
 class StepBuilder:
-    def __init__(self, engine: "Engine") -> None:
-        self.engine = engine
-        self.spec = SpecPlanner(engine)
+    """Builds an engine's next step from its state's running requests and hands the step's results back."""
+
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
+        self.spec = SpecPlanner(state)
         self.last_kind = "score"
         self.t_start = 0.0
 
     def _seqs(self) -> list[Seq]:
-        return [s for r in self.engine.running_requests() for s in r.all_seqs()]
+        return [s for r in self.state.running for s in r.all_seqs()]
 
     def build(self) -> Work | SpecWork | None:
         """The next step's work, or None when nothing is ready."""
-        eng = self.engine
+        eng = self.state
         spec = self.spec.plan([s for s in self._seqs() if s.decoding])  # may fail requests whose proposer raised
-        trees = [r for r in eng.running_requests() if r.kind == "score" and r.prefix_seq is not None
+        trees = [r for r in eng.running if r.kind == "score" and r.prefix_seq is not None
                  and not r.prefix_seq.prefilling and r.prefix_seq.pages]
         seqs = self._seqs()
         skip = set(spec.seqs) if spec is not None else set()
@@ -116,7 +115,7 @@ class StepBuilder:
             budget -= n
 
     def _sample(self, seqs: list[Seq], skip: set[Seq]) -> Work:
-        eng, cfg = self.engine, self.engine.config
+        eng, cfg = self.state, self.state.config
         work = Work("sample", [], [], [], [], [], [])
         cap = bucket(cfg.max_running)  # sequences per sampling step: the largest warmed-up sequence bucket
         decoders = [s for s in seqs if s.decoding and s not in skip][: min(cfg.token_budget, cap)]
@@ -130,7 +129,7 @@ class StepBuilder:
         return work
 
     def _score(self, trees: list[Request], seqs: list[Seq]) -> Work:
-        cfg = self.engine.config
+        cfg = self.state.config
         work = Work("score", [], [], [], [], [], [])
         used = 0
         for r in trees:  # at most score_step_seqs chunks: scoring steps keep one sequence bucket (warmup.py)
@@ -149,7 +148,7 @@ class StepBuilder:
 
     # ------------------------------------------------------------------ results
     def dispatch(self, work: Work, outcome) -> None:
-        eng = self.engine
+        eng = self.state
         now = time.perf_counter()
         eng.stage(f"{work.kind}_step", now - self.t_start)
         eng.counters["steps"] += 1
@@ -192,7 +191,7 @@ class StepBuilder:
             eng.complete(req)
 
     def _accept(self, s: Seq, token: int, logprob: float, now: float, top: TopLogprobs | None = None) -> None:
-        eng, req = self.engine, s.req
+        eng, req = self.state, s.req
         s.out.append(token)
         s.logprobs.append(logprob)
         if top is not None:
@@ -220,14 +219,14 @@ class StepBuilder:
     def _next_phase(self, s: Seq, now: float) -> None:
         """Move a branch that ended a phase to the next one, keeping its K/V (``next_phase_prompt``)."""
         req = s.req
-        result = self.engine.result_of(s)
+        result = self.state.result_of(s)
         prompt, prefilled = next_phase_prompt(s.prompt, s.out, req.between, s.phase, s.branch, result)
         grown = len(prompt) - len(req.prefix) - len(req.suffixes[s.branch])
         budget = sum(ph.max_new_tokens for ph in req.phases[: s.phase + 1]) + req.max_forced_tokens
         if grown > budget:
             raise PhaseError(f"phase {s.phase} of branch {s.branch} grows its prompt by {grown} tokens; the request "
                              f"reserved {req.max_forced_tokens} forced tokens")
-        self.engine._checker.check_prompt(prompt, req.phases[s.phase + 1].max_new_tokens)
+        self.state.check_prompt(prompt, req.phases[s.phase + 1].max_new_tokens)
         s.phase_results.append(result)
         if s.spec_stats is not None:
             s.spec_stats = SpeculationStats()  # each phase's result has its own counts (as ``Generator``)

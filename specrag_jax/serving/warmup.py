@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
@@ -28,10 +28,8 @@ from specrag_jax.models.packing import Chunk, bucket
 from specrag_jax.models.sampling import SamplingParams
 from specrag_jax.models.sampling_batch import SamplingBatch
 from specrag_jax.models.spec_tree import TREE_BUDGETS, build_tree, check_budget, stack_trees
+from specrag_jax.serving.engine_state import EngineView
 from specrag_jax.xla_cache import default_xla_cache_dir, enable_xla_cache
-
-if TYPE_CHECKING:
-    from specrag_jax.serving.engine import Engine
 
 WARMUP_LEVELS = ("none", "decode", "full")
 
@@ -65,7 +63,7 @@ def _powers(lo: int, hi: int) -> list[int]:
     return out
 
 
-def step_shapes(engine: "Engine", level: str = "full", sampled: bool = True, score: bool = True,
+def step_shapes(engine: EngineView, level: str = "full", sampled: bool = True, score: bool = True,
                 spec_budget: int | None = None) -> list[StepShape]:
     """The step shapes ``engine`` can run under its config: ``level`` "decode" = decode steps only; ``sampled``
     adds the sampling (non-greedy) programs; ``score`` adds verification-tree scoring (verifier engines);
@@ -94,7 +92,7 @@ def step_shapes(engine: "Engine", level: str = "full", sampled: bool = True, sco
     return shapes
 
 
-def _run_shape(engine: "Engine", shape: StepShape) -> None:
+def _run_shape(engine: EngineView, shape: StepShape) -> None:
     r = engine.runner
     null = [NULL_PAGE] * shape.pages
     if shape.kind == "decode":
@@ -164,7 +162,7 @@ def check_map_budget(programs: int, limit_path: str = "/proc/sys/vm/max_map_coun
             f"or warm up less (--warmup decode, no --warmup-sampling, a smaller --max-running or --max-seq-len)")
 
 
-def warmup(engine: "Engine", level: str = "full", sampled: bool = True, score: bool = True,
+def warmup(engine: EngineView, level: str = "full", sampled: bool = True, score: bool = True,
            shapes: Iterable[StepShape] | None = None, spec_budget: int | None = None) -> WarmupReport:
     """Compile (run once) every step shape of ``step_shapes``; call before the engine serves."""
     if engine.started:

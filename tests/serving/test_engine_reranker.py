@@ -110,13 +110,14 @@ def test_served_rag_reranks_on_the_drafter_engine(rag_models, rag_resources):
 
 def test_warmup_compiles_scoring_shapes_on_the_reranking_engine(monkeypatch, rag_models, rag_resources):
     from specrag_jax.pipeline.specrag import RAGConfig
-    from specrag_jax.serving import warmup as warmup_mod
+    from specrag_jax.serving import service as service_mod
     from specrag_jax.serving.service import ServeConfig, Service
+    from specrag_jax.serving.warmup import WarmupReport
 
     seen: dict[str, set[str]] = {}
-    monkeypatch.setattr(warmup_mod, "warmup", lambda eng, shapes: seen.setdefault(eng.name, {s.kind for s in shapes})
-                        and warmup_mod.WarmupReport(len(shapes), 0.0, 0.0))
-    monkeypatch.setattr(warmup_mod, "check_map_budget", lambda programs: None)  # nothing is compiled here
+    monkeypatch.setattr(service_mod, "warmup", lambda eng, shapes: seen.setdefault(eng.name, {s.kind for s in shapes})
+                        and WarmupReport(len(shapes), 0.0, 0.0))
+    monkeypatch.setattr(service_mod, "check_map_budget", lambda programs: None)  # nothing is compiled here
     for rerank, drafter_scores in (("kv", True), ("none", False)):
         seen.clear()
         svc = Service(*rag_models, subsets=rag_resources[0], search=rag_resources[1],

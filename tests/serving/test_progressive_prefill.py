@@ -10,8 +10,10 @@ import pytest
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
 from specrag_jax.serving.adapter import RequestContext
+from specrag_jax.serving.app import create_app
 from specrag_jax.serving.service import ServeConfig, Service
 from tests.serving.conftest import assert_pages_home
+from tests.serving.rag_schema_check import assert_follows_rag_schema
 
 QUESTION = "Which city is the capital of Italy?"
 DOCS = [{"id": i, "title": i.title(), "text": f"{i.title()} is a city with a long history, number {n}."}
@@ -95,6 +97,7 @@ def test_a_stable_top_set_is_reused_from_the_prefix_cache(service):
     assert req1.cached_tokens == full_pages(req1) > 0  # shared prefix and both branches: no page recomputed
     assert [d.text for d in got.drafts] == [d.text for d in base.drafts] and got.answer == base.answer
     assert got.trace["first_draft_token_s"] > 0 and "prefill_wait_s" in got.trace
+    assert_follows_rag_schema(create_app(service).openapi(), got.to_dict())  # the rerank and progressive traces
 
 
 def test_a_changed_top_set_falls_back_through_the_cache_with_the_same_output(service):

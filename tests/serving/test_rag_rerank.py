@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from specrag_jax.serving.app import create_app
 from tests.serving.conftest import DOCS, assert_pages_home
+from tests.serving.rag_schema_check import assert_follows_rag_schema
 
 
 class WordOverlap:
@@ -53,6 +54,7 @@ def test_rag_reranks_given_and_searched_documents(rerank_client):
     assert body["citations"][0] == "rome" and len(body["citations"]) == 2  # reranked to the top n_docs
     tr = body["trace"]["rerank"]
     assert tr["mode"] == "kv" and tr["candidates"] == 4 and tr["groups_scored"] <= 4 and "rerank_s" in body["trace"]
+    assert_follows_rag_schema(c.get("/openapi.json").json(), body)
     r = c.post("/v1/rag", json={"question": "capital of Germany", "method": "standard", "rerank": "recompute",
                                 "n_coarse": 3, "reranker": "drafter"})
     assert r.status_code == 200, r.text

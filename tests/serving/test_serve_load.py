@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from benchmarks.serve_load import UNIQUE_QUESTIONS, _summary, completion_body, rag_body
-from specrag_jax.serving.schemas import ChatCompletionRequest, RagRequest
+from specrag_jax.serving.rag_schemas import RagRequest
+from specrag_jax.serving.schemas import ChatCompletionRequest
 
 
 def test_rag_bodies_follow_the_endpoint_contract():
