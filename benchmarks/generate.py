@@ -43,7 +43,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
     prefill_s (includes the first token); decode = batch * (N-1) / decode_s."""
     import jax
 
-    from specrag_jax.models.sampling import SamplingParams
+    from specrag_jax.models.sampling.params import SamplingParams
     from specrag_jax.models.text_model import TextModel
 
     t0 = time.perf_counter()
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         Path(args.worker_out).write_text(json.dumps(WORKERS[args.worker](args)))
         return 0
-    from specrag_jax.models.registry import resolve_model_path
+    from specrag_jax.models.loading.registry import resolve_model_path
 
     t_start = time.perf_counter()
     results: dict[str, Any] = run_header()

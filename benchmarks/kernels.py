@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import RESULTS_DIR, loadavg, run_header, write_results  # noqa: E402
 from specrag_jax.kernels import chain_parents  # noqa: E402
-from specrag_jax.models.packing import Chunk, pack_chunks  # noqa: E402
-from specrag_jax.models.runner import ModelRunner  # noqa: E402
-from specrag_jax.models.sampling_batch import SamplingBatch  # noqa: E402
+from specrag_jax.models.executor.packing import Chunk, pack_chunks  # noqa: E402
+from specrag_jax.models.executor.runner import ModelRunner  # noqa: E402
+from specrag_jax.models.sampling.batch import SamplingBatch  # noqa: E402
 from specrag_jax.models.text_model import TextModel  # noqa: E402
 
 PREFIX, BRANCH, M = 512, 64, 5

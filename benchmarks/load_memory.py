@@ -5,7 +5,7 @@ Writes a Llama-architecture checkpoint (few layers, big tensors, float32, severa
 subprocess that reports its RSS before loading (after jax is up), its peak RSS while loading (the kernel's
 high-water mark, reset just before, with ``ru_maxrss`` as a fallback), and the seconds taken:
 
-- ``hf_old``: ``hf_loader.load_hf`` + ``loading.to_jax_leaf`` (the loader before streaming: every stacked leaf
+- ``hf_old``: ``hf_loader.load_hf`` + ``load.to_jax_leaf`` (the loader before streaming: every stacked leaf
   assembled on the host, every shard's pages kept mapped to the end);
 - ``hf_new``: ``load_model_params(..., cache=False)`` (``hf_streaming``: bounded blocks, in place);
 - ``hf_new_sharded``: the same into ``Placement.from_spec("model=4")`` shardings over 4 host devices;
@@ -44,11 +44,11 @@ import numpy as np  # noqa: E402
 from benchmarks.common import (RESULTS_DIR, current_rss_mb, loadavg, peak_rss_since_reset_mb,  # noqa: E402
                                reset_peak_rss, run_header, write_results)
 from benchmarks.synthetic_hf import llama_config, write_checkpoint  # noqa: E402
-from specrag_jax.models.hf_loader import load_hf  # noqa: E402
-from specrag_jax.models.loading import last_load_info, load_model_params, to_jax_leaf  # noqa: E402
-from specrag_jax.models.param_file import read_header  # noqa: E402
-from specrag_jax.models.streaming import CHUNK_BYTES  # noqa: E402
-from specrag_jax.models.tree_paths import unflatten  # noqa: E402
+from specrag_jax.models.loading.hf_loader import load_hf  # noqa: E402
+from specrag_jax.models.loading.load import last_load_info, load_model_params, to_jax_leaf  # noqa: E402
+from specrag_jax.models.loading.param_file import read_header  # noqa: E402
+from specrag_jax.models.loading.params import unflatten  # noqa: E402
+from specrag_jax.models.loading.streaming import CHUNK_BYTES  # noqa: E402
 from specrag_jax.parallel import Placement  # noqa: E402
 
 MODES = ("hf_old", "hf_new", "hf_new_sharded", "cache_write", "cache_old", "cache_new", "cache_new_sharded")

@@ -26,10 +26,10 @@ import jax  # noqa: E402
 
 from benchmarks.common import RESULTS_DIR, OtherLoad, loadavg, run_header, write_results  # noqa: E402
 from specrag_jax.models.config import ModelConfig, tiny_config  # noqa: E402
-from specrag_jax.models.packing import Chunk  # noqa: E402
-from specrag_jax.models.runner import ModelRunner  # noqa: E402
-from specrag_jax.models.sampling_batch import SamplingBatch  # noqa: E402
-from specrag_jax.models.transformer import init_params  # noqa: E402
+from specrag_jax.models.decoder.transformer import init_params  # noqa: E402
+from specrag_jax.models.executor.packing import Chunk  # noqa: E402
+from specrag_jax.models.executor.runner import ModelRunner  # noqa: E402
+from specrag_jax.models.sampling.batch import SamplingBatch  # noqa: E402
 
 
 def configs(args: argparse.Namespace) -> dict[str, ModelConfig]:

@@ -31,7 +31,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.common import RESULTS_DIR, OtherLoad, loadavg, run_header, write_results  # noqa: E402
-from specrag_jax.models.moe import dense_moe_reference, moe_block, route  # noqa: E402
+from specrag_jax.models.decoder.moe import dense_moe_reference, moe_block, route  # noqa: E402
 
 
 def moe_params(key: jax.Array, hidden: int, experts: int, inter: int) -> dict:

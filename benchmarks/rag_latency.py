@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import RESULTS_DIR, loadavg, run_header, write_results  # noqa: E402
 from specrag_jax.compile_time import CompileClock  # noqa: E402
+from specrag_jax.models.decoder.transformer import init_params  # noqa: E402
+from specrag_jax.models.executor.runner import ModelRunner  # noqa: E402
 from specrag_jax.models.generation import Generator, Phase  # noqa: E402
-from specrag_jax.models.runner import ModelRunner  # noqa: E402
-from specrag_jax.models.sampling import SamplingParams  # noqa: E402
+from specrag_jax.models.sampling.params import SamplingParams  # noqa: E402
 from specrag_jax.models.text_model import TextModel  # noqa: E402
-from specrag_jax.models.transformer import init_params  # noqa: E402
 from specrag_jax.pipeline.drafting import Draft, split_chat_prompt, truncate_docs  # noqa: E402
 from specrag_jax.pipeline.evaluation import load_questions  # noqa: E402
 from specrag_jax.pipeline.factory import clustered_subsets  # noqa: E402

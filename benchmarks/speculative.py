@@ -27,11 +27,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import loadavg, run_header, write_results  # noqa: E402
 from specrag_jax.compile_time import CompileClock  # noqa: E402
-from specrag_jax.models.packing import Chunk  # noqa: E402
-from specrag_jax.models.sampling import SamplingParams  # noqa: E402
-from specrag_jax.models.sampling_batch import SamplingBatch  # noqa: E402
-from specrag_jax.models.spec_tree import build_tree, stack_trees  # noqa: E402
-from specrag_jax.models.speculative import SpeculationStats, combine_stats  # noqa: E402
+from specrag_jax.models.executor.packing import Chunk  # noqa: E402
+from specrag_jax.models.sampling.batch import SamplingBatch  # noqa: E402
+from specrag_jax.models.sampling.params import SamplingParams  # noqa: E402
+from specrag_jax.models.speculative.decode import SpeculationStats, combine_stats  # noqa: E402
+from specrag_jax.models.speculative.tree import build_tree, stack_trees  # noqa: E402
 from specrag_jax.pipeline.evaluation import load_questions  # noqa: E402
 from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER, build_specrag  # noqa: E402
 from specrag_jax.pipeline.lossless import lossless_speculation  # noqa: E402

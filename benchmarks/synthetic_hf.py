@@ -16,9 +16,9 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from specrag_jax.models.config import param_shapes
-from specrag_jax.models.gguf_loader import flatten_shapes
-from specrag_jax.models.hf_config import hf_config_to_model_config
-from specrag_jax.models.hf_loader import HF_NAMES, MIXTRAL_FUSED
+from specrag_jax.models.loading.hf_config import hf_config_to_model_config
+from specrag_jax.models.loading.hf_loader import HF_NAMES, MIXTRAL_FUSED
+from specrag_jax.models.loading.params import flatten_shapes
 
 DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 

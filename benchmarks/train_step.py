@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import RESULTS_DIR, run_header, summarize, write_results  # noqa: E402
-from specrag_jax.models.transformer import unstack_layers  # noqa: E402
+from specrag_jax.models.decoder.transformer import unstack_layers  # noqa: E402
 from specrag_jax.training import sharding as sh  # noqa: E402
 from specrag_jax.training.batching import BatchPlan  # noqa: E402
 from specrag_jax.training.data import Example  # noqa: E402
@@ -32,11 +32,11 @@ from specrag_jax.training.step import BATCH_FIELDS, OptimConfig, make_optimizer,
 def load(name: str, dtype: str):
     if name == "tiny":
         from specrag_jax.models.config import tiny_config
-        from specrag_jax.models.transformer import init_params
+        from specrag_jax.models.decoder.transformer import init_params
 
         cfg = tiny_config("llama")
         return cfg, init_params(cfg, seed=0)
-    from specrag_jax.models.loading import load_model_params
+    from specrag_jax.models.loading.load import load_model_params
 
     return load_model_params(name, dtype=dtype)
 

@@ -8,7 +8,7 @@ import sys
 from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.registry import DEFAULT_MODEL, KNOWN_MODELS
+from specrag_jax.models.loading.registry import DEFAULT_MODEL, KNOWN_MODELS
 from specrag_jax.pipeline.holdout import add_split_options, split_rows
 from specrag_jax.progress import NO_PROGRESS, Progress, StderrProgress, quiet_library_logs, stage
 
@@ -46,9 +46,9 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 
 def _generate_speculation(args: argparse.Namespace):
     """The Speculation of ``specrag generate --speculative``, or None; bad flags fail before loading."""
-    from specrag_jax.models.ngram_proposer import NgramProposer
-    from specrag_jax.models.spec_tree import check_budget
-    from specrag_jax.models.speculative import Speculation
+    from specrag_jax.models.speculative.decode import Speculation
+    from specrag_jax.models.speculative.ngram_proposer import NgramProposer
+    from specrag_jax.models.speculative.tree import check_budget
 
     if args.speculative not in ("none", "ngram"):
         raise SpecRagError(f"unknown proposer {args.speculative!r} for --speculative (choose one of none, ngram; "
@@ -58,7 +58,7 @@ def _generate_speculation(args: argparse.Namespace):
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from specrag_jax.models.sampling import SamplingParams
+    from specrag_jax.models.sampling.params import SamplingParams
     from specrag_jax.models.text_model import TextModel
 
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)  # validate before loading
@@ -77,7 +77,7 @@ def _generate(args: argparse.Namespace) -> int:
         # bad input (a prompt too long) fails here, so its one error line is all that stderr shows
         model.generator.check_prompt(model.encode_prompt(args.prompt, args.chat), args.max_new_tokens)
         if speculation is not None:
-            from specrag_jax.models.speculative import check_can_speculate
+            from specrag_jax.models.speculative.decode import check_can_speculate
 
             check_can_speculate(model.runner, speculation, args.model)
     from specrag_jax.compile_time import CompileClock
@@ -94,7 +94,7 @@ def _generate(args: argparse.Namespace) -> int:
     progress.note(f"  of which {clock.stats.summary()}")
     spec = None
     if result.speculation is not None:
-        from specrag_jax.models.speculative import combine_stats
+        from specrag_jax.models.speculative.decode import combine_stats
 
         spec = combine_stats([result.speculation])
         progress.note(f"  speculation: {spec['steps']} decode steps, {spec['accepted_tokens_per_step']:.2f} tokens "

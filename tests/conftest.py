@@ -37,7 +37,7 @@ def hf_reference() -> Callable[[str], object]:
             import torch
             from transformers import AutoModelForCausalLM
 
-            from specrag_jax.models.registry import resolve_model_path
+            from specrag_jax.models.loading.registry import resolve_model_path
 
             torch.set_num_threads(2)
             path = resolve_model_path(name)

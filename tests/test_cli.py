@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specrag_jax.cli import main
-from specrag_jax.models.registry import resolve_model_path
+from specrag_jax.models.loading.registry import resolve_model_path
 
 SMOL = "smollm2-135m-instruct"
 

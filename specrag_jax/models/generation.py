@@ -10,11 +10,11 @@ import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import pages_needed
-from specrag_jax.models.packing import Chunk, bucket, token_count_bucket, token_count_buckets
-from specrag_jax.models.runner import ModelRunner
-from specrag_jax.models.sampling import SamplingParams
-from specrag_jax.models.sampling_batch import SamplingBatch
-from specrag_jax.models.speculative import Speculation, SpeculationStats, speculative_decode
+from specrag_jax.models.executor.packing import Chunk, bucket, token_count_bucket, token_count_buckets
+from specrag_jax.models.executor.runner import ModelRunner
+from specrag_jax.models.sampling.batch import SamplingBatch
+from specrag_jax.models.sampling.params import SamplingParams
+from specrag_jax.models.speculative.decode import Speculation, SpeculationStats, speculative_decode
 
 StopFn = Callable[[int, list[int]], bool]
 BetweenFn = Callable[[int, int, "GenerationResult"], tuple[int, Sequence[int]]]
@@ -73,7 +73,7 @@ class Generator:
 
     def __init__(self, runner: ModelRunner, eos_ids: Sequence[int] = (), max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
                  speculation: Speculation | None = None) -> None:
-        """``speculation``: decode with token-tree speculation (``speculative.py``); None = plain decoding."""
+        """``speculation``: decode with token-tree speculation (``speculative/decode.py``); None = plain decoding."""
         self.runner = runner
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         self.max_prefill_tokens = max_prefill_tokens

@@ -8,14 +8,15 @@ from typing import Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig
+from specrag_jax.models.executor.placement_api import StepPlacement
+from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.generation import GenerationResult, Generator
-from specrag_jax.models.loading import load_model_params
-from specrag_jax.models.registry import instruction_tuned
-from specrag_jax.models.placement_api import StepPlacement
-from specrag_jax.models.runner import ModelRunner
-from specrag_jax.models.sampling import SamplingParams
-from specrag_jax.models.speculative import Speculation, SpeculationStats
-from specrag_jax.models.tokenizer import Tokenizer, load_tokenizer
+from specrag_jax.models.loading.load import load_model_params
+from specrag_jax.models.loading.registry import instruction_tuned
+from specrag_jax.models.sampling.params import SamplingParams
+from specrag_jax.models.speculative.decode import Speculation, SpeculationStats
+from specrag_jax.models.tokenizer.base import Tokenizer
+from specrag_jax.models.tokenizer.load import load_tokenizer
 
 
 @dataclasses.dataclass
@@ -65,15 +66,15 @@ class TextModel:
         placement: StepPlacement | None = None,
         transform_params: Callable[[ModelConfig, dict], dict] | None = None,
     ) -> "TextModel":
-        """Load weights (GGUF or HF directory; converted params cached on disk, see checkpoint.py) and the tokenizer.
+        """Load weights (GGUF or HF directory, converted once into loading/weights_cache.py) and the tokenizer.
 
         ``placement``: optional ``specrag_jax.parallel.Placement`` to shard the model over a device mesh.
         ``transform_params(cfg, params)``: applied to the loaded weights before placing them (the pipeline merges
-        a trained drafter adapter this way, ``training/adapter.py``)."""
+        a trained drafter adapter this way, ``training/lora_merge.py``)."""
         t0 = time.perf_counter()
         shardings = placement.param_shardings if placement is not None else None  # loaded straight into them
         cfg, params = load_model_params(name_or_path, dtype=dtype, cache=cache, shardings=shardings)
-        if transform_params is not None:  # e.g. trained adapters merged into the weights (training/adapter.py)
+        if transform_params is not None:  # e.g. trained adapters merged into the weights (training/lora_merge.py)
             params = transform_params(cfg, params)
         tokenizer = load_tokenizer(name_or_path)
         max_seq_len = min(max_seq_len, cfg.max_position_embeddings)

@@ -6,7 +6,7 @@ multi-process runs ``parallel.distributed``. Pallas attention under shard_map is
 
 Layering: ``parallel`` imports ``models`` (its axis rules and placements know ``ModelConfig`` and the
 parameter tree) and ``models`` never imports ``parallel``: a runner is handed a placement and uses it
-through the ``models.placement_api.StepPlacement`` protocol, which ``Placement`` implements.
+through the ``models.executor.placement_api.StepPlacement`` protocol, which ``Placement`` implements.
 """
 
 from specrag_jax.parallel.cli import add_mesh_arguments, placement_from_args, placements_from_args

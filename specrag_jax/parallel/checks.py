@@ -16,11 +16,11 @@ import jax
 import numpy as np
 
 from specrag_jax.models.config import ModelConfig, tiny_config
+from specrag_jax.models.decoder.transformer import init_params
+from specrag_jax.models.executor.packing import Chunk
+from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.generation import greedy_generate
-from specrag_jax.models.packing import Chunk
-from specrag_jax.models.runner import ModelRunner
-from specrag_jax.models.sampling_batch import SamplingBatch
-from specrag_jax.models.transformer import init_params
+from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.parallel.mesh import parse_mesh_spec
 from specrag_jax.parallel.placement import Placement
 
@@ -78,8 +78,8 @@ def check_tiny(specs=("data=2,model=4", "model=8")) -> list[dict]:
 
 def check_gemma(spec: str = "data=2,model=4", name: str = "gemma3-270m", max_new: int = 4) -> dict:
     """The real Gemma 3 270M: greedy tokens and tree scores, sharded vs single device."""
-    from specrag_jax.models.loading import load_model_params
-    from specrag_jax.models.tokenizer import load_tokenizer
+    from specrag_jax.models.loading.load import load_model_params
+    from specrag_jax.models.tokenizer.load import load_tokenizer
 
     cfg, params = load_model_params(name, dtype="float32")
     tok = load_tokenizer(name)
@@ -90,7 +90,7 @@ def check_gemma(spec: str = "data=2,model=4", name: str = "gemma3-270m", max_new
 
 def check_pallas_model(spec: str = "model=4") -> dict:
     """The whole tiny Llama with ``attention_impl="pallas"`` (interpret mode on CPU), sharded vs single device."""
-    from specrag_jax.models.transformer import Decoder
+    from specrag_jax.models.decoder.transformer import Decoder
 
     cfg = tiny("llama").replace(head_dim=64)
     n = math.prod(parse_mesh_spec(spec).values())
@@ -110,8 +110,8 @@ def check_pallas(spec: str = "model=4") -> list[dict]:
     import jax.numpy as jnp
 
     from specrag_jax.kernels import paged_attention
-    from specrag_jax.models.packing import pack_chunks
     from specrag_jax.kernels.sharded import head_split, sharded_paged_attention
+    from specrag_jax.models.executor.packing import pack_chunks
 
     mesh = Placement.from_spec(spec, jax.devices()[:4]).mesh
     rng = np.random.default_rng(0)

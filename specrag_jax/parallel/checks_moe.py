@@ -17,10 +17,10 @@ import jax
 import numpy as np
 
 from specrag_jax.models.config import ModelConfig, tiny_config
-from specrag_jax.models.packing import Chunk
-from specrag_jax.models.runner import ModelRunner
-from specrag_jax.models.sampling_batch import SamplingBatch
-from specrag_jax.models.transformer import init_params
+from specrag_jax.models.decoder.transformer import init_params
+from specrag_jax.models.executor.packing import Chunk
+from specrag_jax.models.executor.runner import ModelRunner
+from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.parallel.checks import TREE, compare
 from specrag_jax.parallel.hlo import collective_stats
 from specrag_jax.parallel.mesh import parse_mesh_spec

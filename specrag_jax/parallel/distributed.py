@@ -24,9 +24,9 @@ def initialize(coordinator: str, num_processes: int, process_id: int, *, cpu_col
 
 def sharded_forward_logits(spec: str, seed: int = 3, placement=None) -> np.ndarray:
     """Logits of a fixed prefill + tree step of the tiny Llama (``checks.tiny``) under ``spec`` (None: 1 device)."""
-    from specrag_jax.models.packing import Chunk
-    from specrag_jax.models.runner import ModelRunner
-    from specrag_jax.models.transformer import init_params
+    from specrag_jax.models.decoder.transformer import init_params
+    from specrag_jax.models.executor.packing import Chunk
+    from specrag_jax.models.executor.runner import ModelRunner
     from specrag_jax.parallel.checks import TREE, tiny
     from specrag_jax.parallel.placement import Placement
 

@@ -29,7 +29,7 @@ import re
 from typing import Any, Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.drafting import draft_prompts, truncate_docs
 from specrag_jax.pipeline.prompts import RESPONSE_TAG, first_line, format_document, normalize_answer

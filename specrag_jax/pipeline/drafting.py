@@ -7,7 +7,7 @@ import time
 from typing import Sequence
 
 from specrag_jax.models.generation import Phase
-from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.closed_set import ClosedSet
 from specrag_jax.pipeline.prompts import RATIONALE_TAG, RESPONSE_TAG, drafter_evidence, drafter_prefix, first_line

@@ -13,7 +13,7 @@ from specrag_jax.pipeline.specrag import RAGConfig, SearchFn, SpecRAG, SubsetFn
 from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.rerank.reranker import Reranker
 from specrag_jax.retrieval import Embedder, LexicalIndex, default_corpus, kmeans, load_corpus, sample_subsets
-from specrag_jax.training.adapter import adapter_transform
+from specrag_jax.training.lora_merge import adapter_transform
 
 DEFAULT_DRAFTER = "smollm2-135m-instruct"
 DEFAULT_VERIFIER = "qwen2.5-coder-1.5b-instruct"
@@ -95,7 +95,7 @@ def build_specrag(
     ``*_placement``: optional ``specrag_jax.parallel.Placement`` per model (a device mesh; disjoint meshes let
     drafting and verification run on separate devices). ``kv_dir``: the document K/V store (``--rerank kv``; default
     ``cache_root()/doc_kv``, where ``specrag index`` writes). ``drafter_transform``: applied to the drafter's
-    weights at load (``training.adapter.adapter_transform(name, DIR)`` merges a ``specrag train`` run); without one,
+    weights at load (``training.lora_merge.adapter_transform(name, DIR)`` merges a ``specrag train`` run); without one,
     ``drafter_adapter`` is merged: a train or export folder, a shipped adapter's name, "none", or None for the
     drafter's default (``adapters.DEFAULT_ADAPTERS``: the tuned ``smollm2-rag-drafter`` for SmolLM2-135M-Instruct;
     ``SpecRAG.drafter_adapter`` records which). A reranker

@@ -13,10 +13,10 @@ import dataclasses
 from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.proposers import PROPOSERS, make_proposer
-from specrag_jax.models.spec_tree import check_budget
-from specrag_jax.models.speculative import Speculation, SpeculationStats, combine_stats, merge_stats
-from specrag_jax.models.tokenizer import Tokenizer
+from specrag_jax.models.speculative.decode import Speculation, SpeculationStats, combine_stats, merge_stats
+from specrag_jax.models.speculative.proposers import PROPOSERS, make_proposer
+from specrag_jax.models.speculative.tree import check_budget
+from specrag_jax.models.tokenizer.base import Tokenizer
 from specrag_jax.pipeline.drafting import Draft
 
 

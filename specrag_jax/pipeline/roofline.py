@@ -2,7 +2,7 @@
 peaks (public contract: ``roofline: {STAGE: {"measured_s", "bound_s", "ratio"}}`` in ``ask --json`` traces and
 the eval JSON).
 
-Stages and the trace counts they read (``models/cost.py`` turns counts into FLOPs and bytes):
+Stages and the trace counts they read (``models/executor/cost.py`` turns counts into FLOPs and bytes):
 - ``clustering``: the drafter's question-conditioned embedding pass (a tree per step: question + documents);
 - ``drafting``: the drafter's prefill of every subset prompt and the drafts' batched decode steps;
 - ``verification`` / ``evidence_verification``: one packed tree pass of the verifier (drafts; drafts with
@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 import jax
 
 from specrag_jax.machine_peaks import MachinePeaks, peaks_once
-from specrag_jax.models.cost import Cost, ModelCost, causal_pairs, decode_cost, prefill_cost, tree_cost
+from specrag_jax.models.executor.cost import Cost, ModelCost, causal_pairs, decode_cost, prefill_cost, tree_cost
 from specrag_jax.models.generation import DEFAULT_MAX_PREFILL_TOKENS
 
 PREFILL_CHUNK = DEFAULT_MAX_PREFILL_TOKENS  # tokens per prefill step

@@ -20,12 +20,12 @@ from typing import Any, Callable, Sequence
 
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.closed_set import ClosedSet
 from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
-from specrag_jax.pipeline.progressive import ProgressivePrefill, require_prefix_cache
 from specrag_jax.pipeline.lossless import lossless_speculation, needs_drafts, speculation_trace
+from specrag_jax.pipeline.progressive import ProgressivePrefill, require_prefix_cache
 from specrag_jax.pipeline.prompts import first_line
 from specrag_jax.pipeline.rag_config import (DEFAULT_CONSENSUS, DEFAULT_SELECTION, DEFAULT_TAU_MIN,  # noqa: F401
                                             RAGConfig)

@@ -13,7 +13,7 @@ import random
 import re
 from typing import Callable, Sequence
 
-from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.prompts import normalize_answer
 

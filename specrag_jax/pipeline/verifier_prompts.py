@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.tokenizer import Tokenizer
+from specrag_jax.models.tokenizer.base import Tokenizer
 from specrag_jax.pipeline.closed_set import ClosedSet
 from specrag_jax.pipeline.prompts import (EVIDENCE_HEADER, EVIDENCE_REFLECTION_PROMPT, REFLECTION_PROMPT,
                                           closed_book_prompt, standard_rag_prompt, verifier_prefix)

@@ -28,7 +28,7 @@ import hashlib
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.tokenizer import Tokenizer
+from specrag_jax.models.tokenizer.base import Tokenizer
 
 INSTRUCTION = ('Judge whether the document below answers the question that follows it. '
                'The answer can only be "yes" or "no".')

@@ -21,8 +21,8 @@ from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels.page_pool import PoolExhausted, pages_needed
-from specrag_jax.models.kv_transfer import runner_read_kv, runner_write_kv
-from specrag_jax.models.packing import Chunk
+from specrag_jax.models.executor.kv_transfer import runner_read_kv, runner_write_kv
+from specrag_jax.models.executor.packing import Chunk
 from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.rerank.prompts import JudgePrompt, doc_body, text_hash, use_chat
 

@@ -7,7 +7,7 @@ extra weights in memory and no extra framework. It is a weaker retriever than a 
 why the lexical (BM25) index is the default for retrieval; the dense index and, above all, the clustering
 step (which only has to group the retrieved documents by content) are where these embeddings are used.
 
-How. Token ids are packed into one bucketed step (``models.packing``) with ``write=False`` chunks, so no KV
+How. Token ids are packed into one bucketed step (``models.executor.packing``) with ``write=False`` chunks, so no KV
 page is ever read or written: a 2-page dummy pool stands in for the runner's pool, whose state is left
 untouched. ``Decoder.apply`` runs inside a jitted function that sums hidden states per segment
 (``segment_sum``) with a per-token weight, so only ``[segments, hidden]`` leaves the device.
@@ -34,8 +34,8 @@ import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import make_pool
-from specrag_jax.models.packing import Chunk, PackedStep, bucket, pack_chunks
-from specrag_jax.models.transformer import Decoder
+from specrag_jax.models.decoder.transformer import Decoder
+from specrag_jax.models.executor.packing import Chunk, PackedStep, bucket, pack_chunks
 from specrag_jax.retrieval.corpus import doc_text
 
 DEFAULT_MAX_TOKENS = 256  # per text; longer texts are truncated (the head of a passage carries its topic)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.packing import bucket
+from specrag_jax.models.executor.packing import bucket
 
 
 @dataclasses.dataclass(frozen=True)

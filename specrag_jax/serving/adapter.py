@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from specrag_jax.models.generation import BetweenFn, GenerationResult, Phase
-from specrag_jax.models.sampling import SamplingParams
-from specrag_jax.models.speculative import Speculation
+from specrag_jax.models.sampling.params import SamplingParams
+from specrag_jax.models.speculative.decode import Speculation
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.serving.engine import Engine
 from specrag_jax.serving.requests import Request, RequestCancelled, RequestTimeout, StopFn, Tree

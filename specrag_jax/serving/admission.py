@@ -10,7 +10,7 @@ pool cannot hold.
 from __future__ import annotations
 
 from specrag_jax.kernels import PageAllocator, pages_needed
-from specrag_jax.models.penalties import PenaltyTable
+from specrag_jax.models.sampling.penalties import PenaltyTable
 from specrag_jax.serving.prefix_cache import PrefixCache
 from specrag_jax.serving.requests import Request, Seq
 

@@ -75,7 +75,7 @@ def _load(name: str, args: argparse.Namespace, seed: int, placement=None, adapte
                                max_seq_len=min(args.max_seq_len, 1024))
     transform = None
     if adapter is not None:
-        from specrag_jax.training.adapter import adapter_transform  # optax / orbax only when an adapter is used
+        from specrag_jax.training.lora_merge import adapter_transform  # optax / orbax only when an adapter is used
 
         transform = adapter_transform(name, adapter)
     return TextModel.load(name, dtype=args.dtype, max_seq_len=args.max_seq_len, num_pages=args.num_pages,

@@ -18,10 +18,10 @@ import time
 from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.generation import BetweenFn, Phase
-from specrag_jax.models.runner import ModelRunner
-from specrag_jax.models.sampling import SamplingParams
-from specrag_jax.models.speculative import Speculation, SpeculationStats, check_can_speculate
+from specrag_jax.models.sampling.params import SamplingParams
+from specrag_jax.models.speculative.decode import Speculation, SpeculationStats, check_can_speculate
 from specrag_jax.serving.admission import Admitter, worst_case_pages
 from specrag_jax.serving.engine_state import EngineState, StageFn
 from specrag_jax.serving.policy import Backpressure, SchedulerConfig

@@ -17,8 +17,8 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.generation import GenerationResult, Generator
-from specrag_jax.models.runner import ModelRunner
 from specrag_jax.serving.admission import Admitter
 from specrag_jax.serving.policy import Backpressure, SchedulerConfig
 from specrag_jax.serving.prefix_cache import PrefixCache

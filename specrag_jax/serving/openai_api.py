@@ -12,7 +12,7 @@ from fastapi import HTTPException
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.serving.openai_choices import choice, usage
 from specrag_jax.serving.openai_stream import StreamSpec, stream_chunks

@@ -1,6 +1,6 @@
 """Log-probabilities in OpenAI's response shapes, from what the engine returns per token.
 
-The numbers are the sampler's (``models.sampler``): the log-softmax of the penalised logits, before
+The numbers are the sampler's (``models.sampling.sampler``): the log-softmax of the penalised logits, before
 temperature / top-k / top-p; under speculation the verifier's own at the row that emitted each token. A
 token's text is its own decode (``bytes``: its UTF-8, as OpenAI sends; a piece of a multi-byte character
 shows as U+FFFD there, as in vLLM).

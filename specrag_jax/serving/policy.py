@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.packing import bucket
-from specrag_jax.models.spec_tree import TREE_BUDGETS
+from specrag_jax.models.executor.packing import bucket
+from specrag_jax.models.speculative.tree import TREE_BUDGETS
 
 
 @dataclasses.dataclass

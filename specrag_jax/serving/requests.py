@@ -8,8 +8,8 @@ from concurrent.futures import Future
 from typing import Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.sampling import SamplingParams
-from specrag_jax.models.speculative import Speculation, SpeculationStats
+from specrag_jax.models.sampling.params import SamplingParams
+from specrag_jax.models.speculative.decode import Speculation, SpeculationStats
 
 StopFn = Callable[[int, list[int]], bool]
 TokenFn = Callable[[int, int], None]  # (branch, token id), called on the engine thread as tokens arrive
@@ -74,7 +74,7 @@ class Seq:
     out: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
     top_logprobs: list[TopLogprobs] = dataclasses.field(default_factory=list)  # per token, when asked for
-    penalty_slot: int = 0  # its row of device token counts (``models.penalties``); 0 = no penalties
+    penalty_slot: int = 0  # its row of device token counts (``models.sampling.penalties``); 0 = no penalties
     finish: str | None = None
     prefill_done_at: float = 0.0
     finished_at: float = 0.0

@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.ngram_proposer import NgramProposer
-from specrag_jax.models.spec_tree import check_budget
-from specrag_jax.models.speculative import Speculation, check_can_speculate
+from specrag_jax.models.speculative.decode import Speculation, check_can_speculate
+from specrag_jax.models.speculative.ngram_proposer import NgramProposer
+from specrag_jax.models.speculative.tree import check_budget
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.reranking import Scorer
 from specrag_jax.pipeline.specrag import RAGAnswer, RAGConfig, SearchFn, SpecRAG, SubsetFn

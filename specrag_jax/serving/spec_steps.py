@@ -3,7 +3,7 @@
 
 Every build, each decoding sequence of a request with a ``Speculation`` asks its proposer (cached while the
 sequence has not moved) for continuations of ``prompt + out``, cut so that accepted tokens + the bonus fit
-the phase's ``max_new_tokens`` (as ``models.speculative``). Sequences with proposals are *ready*; the rest
+the phase's ``max_new_tokens`` (as ``models.speculative.decode``). Sequences with proposals are *ready*; the rest
 decode in the normal sampling steps. A proposer that raises (or proposes a token outside the vocabulary)
 fails its own request only; its pages go back.
 
@@ -20,12 +20,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from specrag_jax.models.packing import Chunk, bucket
-from specrag_jax.models.runner import ModelRunner
-from specrag_jax.models.sampling_batch import SamplingBatch
-from specrag_jax.models.spec_tree import (TREE_BUDGETS, TokenTree, build_tree, count_trie_nodes, fit_budget,
-                                          pad_tree, stack_trees)
-from specrag_jax.models.speculative import propose
+from specrag_jax.models.executor.packing import Chunk, bucket
+from specrag_jax.models.executor.runner import ModelRunner
+from specrag_jax.models.sampling.batch import SamplingBatch
+from specrag_jax.models.speculative.decode import propose
+from specrag_jax.models.speculative.tree import (TREE_BUDGETS, TokenTree, build_tree, count_trie_nodes, fit_budget,
+                                                 pad_tree, stack_trees)
 from specrag_jax.serving.engine_state import EngineState
 from specrag_jax.serving.policy import SchedulerConfig
 from specrag_jax.serving.requests import Request, Seq, TopLogprobs, top_of

@@ -15,11 +15,11 @@ import time
 
 import numpy as np
 
+from specrag_jax.models.executor.packing import Chunk, bucket
+from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.generation import next_phase_prompt
-from specrag_jax.models.packing import Chunk, bucket
-from specrag_jax.models.runner import ModelRunner
-from specrag_jax.models.sampling_batch import SamplingBatch
-from specrag_jax.models.speculative import SpeculationStats
+from specrag_jax.models.sampling.batch import SamplingBatch
+from specrag_jax.models.speculative.decode import SpeculationStats
 from specrag_jax.serving.engine_state import EngineState
 from specrag_jax.serving.policy import SchedulerConfig
 from specrag_jax.serving.requests import PhaseError, Request, Seq, TopLogprobs, top_of

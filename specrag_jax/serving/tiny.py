@@ -10,10 +10,10 @@ from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import tiny_config
-from specrag_jax.models.runner import ModelRunner
+from specrag_jax.models.decoder.transformer import init_params
+from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.models.tokenizer import Tokenizer
-from specrag_jax.models.transformer import init_params
+from specrag_jax.models.tokenizer.base import Tokenizer
 
 _CHARS = "\n" + "".join(chr(c) for c in range(32, 125))  # ids 3.. ; 0 pad, 1 BOS, 2 EOS
 

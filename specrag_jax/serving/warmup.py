@@ -24,10 +24,10 @@ from typing import Iterable
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import NULL_PAGE
-from specrag_jax.models.packing import Chunk, bucket
-from specrag_jax.models.sampling import SamplingParams
-from specrag_jax.models.sampling_batch import SamplingBatch
-from specrag_jax.models.spec_tree import TREE_BUDGETS, build_tree, check_budget, stack_trees
+from specrag_jax.models.executor.packing import Chunk, bucket
+from specrag_jax.models.sampling.batch import SamplingBatch
+from specrag_jax.models.sampling.params import SamplingParams
+from specrag_jax.models.speculative.tree import TREE_BUDGETS, build_tree, check_budget, stack_trees
 from specrag_jax.serving.engine_state import EngineView
 from specrag_jax.xla_cache import default_xla_cache_dir, enable_xla_cache
 

@@ -3,7 +3,8 @@
 Modules: ``data`` (the prompt/target JSON-lines format and its checks), ``batching`` (buckets + packing),
 ``lora`` (adapters applied on the fly; ``merge_lora`` for inference), ``objective`` (forward on the reference
 attention path, target-only cross-entropy), ``step`` (optimizer, jitted donated steps), ``sharding``
-(placements), ``checkpoint`` (orbax, base-model fingerprint), ``loop`` (the run), ``cli`` (``specrag train``).
+(placements), ``checkpoint`` (orbax, base-model fingerprint), ``loop`` (the run), ``cli`` (``specrag train``),
+``lora_merge`` (a trained adapter merged into the base weights at load).
 Public names are re-exported here lazily, so ``specrag`` starts without importing optax or orbax.
 """
 
@@ -21,7 +22,7 @@ _EXPORTS = {
     "TrainConfig": "config",
     "TrainCheckpoints": "checkpoint", "base_fingerprint": "checkpoint", "check_base": "checkpoint",
     "TrainResult": "loop", "train": "loop",
-    "load_adapter": "adapter",
+    "load_adapter": "lora_merge",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -25,7 +25,7 @@ import orbax.checkpoint as ocp
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig
-from specrag_jax.models.transformer import stack_layers
+from specrag_jax.models.decoder.transformer import stack_layers
 
 FORMAT = 1
 _ITEMS = ("trainable", "opt_state", "meta")

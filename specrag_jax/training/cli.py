@@ -74,14 +74,14 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def load_tokenizer(name: str) -> Any:
     """The base model's tokenizer (read first: bad data fails before the weights load)."""
-    from specrag_jax.models.tokenizer import load_tokenizer as load
+    from specrag_jax.models.tokenizer.load import load_tokenizer as load
 
     return load(name)
 
 
 def load_base(name: str, dtype: str) -> tuple[Any, dict]:
     """(ModelConfig, params) of a base model (tests substitute a tiny one)."""
-    from specrag_jax.models.loading import load_model_params
+    from specrag_jax.models.loading.load import load_model_params
 
     return load_model_params(name, dtype=dtype)
 

@@ -36,7 +36,7 @@ import numpy as np
 from specrag_jax.errors import SpecRagError
 
 if TYPE_CHECKING:  # any object with encode / encode_rendered / vocab_size
-    from specrag_jax.models.tokenizer import Tokenizer
+    from specrag_jax.models.tokenizer.base import Tokenizer
 
 REQUIRED_FIELDS = ("prompt", "target")
 

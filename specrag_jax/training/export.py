@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.param_file import load_tree, save_tree
+from specrag_jax.models.loading.param_file import load_tree, save_tree
 from specrag_jax.training.checkpoint import TrainCheckpoints, checkpoint_dir
 
 ADAPTER_FILE = "adapter.safetensors"

@@ -18,7 +18,7 @@ import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig
-from specrag_jax.models.transformer import unstack_layers
+from specrag_jax.models.decoder.transformer import unstack_layers
 from specrag_jax.parallel.placement import Placement
 from specrag_jax.training import sharding as sh
 from specrag_jax.training.batching import Batch, BatchPlan, BatchStream, bucket_lengths

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from specrag_jax.kernels import make_pool
 from specrag_jax.kernels.metadata import AttentionMetadata
 from specrag_jax.models.config import ModelConfig
-from specrag_jax.models.transformer import Decoder, logits_at
+from specrag_jax.models.decoder.transformer import Decoder, logits_at
 from specrag_jax.training.lora import lora_applied
 
 LOSS_CHUNK_ROWS = 512  # hidden rows projected to the vocabulary at a time

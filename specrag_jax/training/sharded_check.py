@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from specrag_jax.models.config import tiny_config
-from specrag_jax.models.transformer import init_params, unstack_layers
+from specrag_jax.models.decoder.transformer import init_params, unstack_layers
 from specrag_jax.parallel.placement import Placement
 from specrag_jax.training import sharding as sh
 from specrag_jax.training.batching import BatchPlan, bucket_lengths

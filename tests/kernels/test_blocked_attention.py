@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import paged_tree_attention_blocked, paged_tree_attention_reference
-from specrag_jax.models.packing import Chunk, pack_chunks, token_count_bucket, token_count_buckets
+from specrag_jax.models.executor.packing import Chunk, pack_chunks, token_count_bucket, token_count_buckets
 from tests.kernels.test_reference_attention import brute_force, random_case, to_meta
 
 

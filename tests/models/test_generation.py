@@ -8,10 +8,10 @@ import pytest
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import tiny_config
+from specrag_jax.models.decoder.transformer import init_params
+from specrag_jax.models.executor.runner import Chunk, ModelRunner
 from specrag_jax.models.generation import Generator, Phase, greedy_generate
-from specrag_jax.models.runner import Chunk, ModelRunner
-from specrag_jax.models.sampling import SamplingParams
-from specrag_jax.models.transformer import init_params
+from specrag_jax.models.sampling.params import SamplingParams
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [3, 4], [20 + i for i in range(13)]]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 
 pytestmark = pytest.mark.slow

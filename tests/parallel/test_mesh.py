@@ -9,7 +9,7 @@ from jax.sharding import AbstractMesh, PartitionSpec as P
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels.sharded import head_split
 from specrag_jax.models.config import param_shapes, tiny_config
-from specrag_jax.models.placement_api import StepPlacement
+from specrag_jax.models.executor.placement_api import StepPlacement
 from specrag_jax.parallel import (Placement, make_mesh, param_specs, parse_device_list, parse_mesh_spec, pool_spec,
                                   split_devices)
 

@@ -115,7 +115,7 @@ def test_teacher_prompt_numbers_documents_as_the_drafter_sees_them():
 
 @pytest.mark.slow
 def test_cli_writes_exact_prompts_with_real_models(tmp_path):
-    from specrag_jax.models.tokenizer import load_tokenizer
+    from specrag_jax.models.tokenizer.load import load_tokenizer
 
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps(ROW) + "\n" + json.dumps({"question": "No passages?", "ground_truth": ["x"]}) + "\n")

@@ -6,7 +6,7 @@ import pytest
 
 from specrag_jax.machine_peaks import DEVICE_PEAKS, MachinePeaks, device_peaks, measure_peaks
 from specrag_jax.models.config import tiny_config
-from specrag_jax.models.cost import Cost, ModelCost, causal_pairs, decode_cost, prefill_cost, tree_cost
+from specrag_jax.models.executor.cost import Cost, ModelCost, causal_pairs, decode_cost, prefill_cost, tree_cost
 from specrag_jax.pipeline.roofline import mean_roofline, roofline, stage_costs
 
 PEAKS = MachinePeaks(flops_per_s=1e11, bytes_per_s=1e10, source="test")

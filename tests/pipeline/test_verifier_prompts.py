@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.registry import instruction_tuned
+from specrag_jax.models.loading.registry import instruction_tuned
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.prompts import REFLECTION_PROMPT, standard_rag_prompt, verifier_prefix
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from specrag_jax.models.config import tiny_config
-from specrag_jax.models.runner import ModelRunner
+from specrag_jax.models.decoder.transformer import init_params
+from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.models.transformer import init_params
 from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.rerank.reranker import Reranker
 from specrag_jax.serving.tiny import CharTokenizer, tiny_text_model

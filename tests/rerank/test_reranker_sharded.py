@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 _CHILD = textwrap.dedent("""
     import json, sys, numpy as np
     from specrag_jax.models.config import tiny_config
-    from specrag_jax.models.runner import ModelRunner
+    from specrag_jax.models.executor.runner import ModelRunner
     from specrag_jax.models.text_model import TextModel
-    from specrag_jax.models.transformer import init_params
+    from specrag_jax.models.decoder.transformer import init_params
     from specrag_jax.parallel.placement import Placement
     from specrag_jax.rerank.kv_store import DocKVStore
     from specrag_jax.rerank.reranker import Reranker

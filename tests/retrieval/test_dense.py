@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.packing import Chunk
+from specrag_jax.models.decoder.transformer import logits_at
+from specrag_jax.models.executor.packing import Chunk
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.models.transformer import logits_at
 from specrag_jax.retrieval import DenseIndex, Embedder, hidden_states, kmeans
 
 pytestmark = pytest.mark.slow

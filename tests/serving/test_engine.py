@@ -9,7 +9,7 @@ import pytest
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.generation import Generator, greedy_generate
-from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.serving.engine import Engine
 from specrag_jax.serving.policy import Backpressure, SchedulerConfig
 from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout, Tree

@@ -13,11 +13,11 @@ from fastapi.testclient import TestClient
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import pages_needed
+from specrag_jax.models.executor.packing import Chunk
 from specrag_jax.models.generation import Generator, Phase
-from specrag_jax.models.ngram_proposer import NgramProposer
-from specrag_jax.models.packing import Chunk
-from specrag_jax.models.sampling import SamplingParams
-from specrag_jax.models.speculative import Speculation
+from specrag_jax.models.sampling.params import SamplingParams
+from specrag_jax.models.speculative.decode import Speculation
+from specrag_jax.models.speculative.ngram_proposer import NgramProposer
 from specrag_jax.serving.app import create_app
 from specrag_jax.serving.engine import Engine
 from specrag_jax.serving.policy import Backpressure, SchedulerConfig

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from specrag_jax.models.generation import Generator
-from specrag_jax.models.ngram_proposer import NgramProposer
-from specrag_jax.models.speculative import Speculation, combine_stats
+from specrag_jax.models.speculative.decode import Speculation, combine_stats
+from specrag_jax.models.speculative.ngram_proposer import NgramProposer
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.serving.engine import Engine
 from tests.serving.conftest import DOCS, assert_pages_home

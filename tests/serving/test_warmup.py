@@ -7,7 +7,7 @@ import pytest
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.generation import Phase
-from specrag_jax.models.sampling import SamplingParams
+from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.serving.engine import Engine
 from specrag_jax.serving.policy import SchedulerConfig
 from specrag_jax.serving.requests import Tree

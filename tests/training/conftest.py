@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specrag_jax.models.config import tiny_config
-from specrag_jax.models.transformer import init_params
+from specrag_jax.models.decoder.transformer import init_params
 from specrag_jax.training.data import Example
 from specrag_jax.training.lora import LoraConfig
 from specrag_jax.training.step import OptimConfig

@@ -8,10 +8,10 @@ import pytest
 
 from specrag_jax.cli import main
 from specrag_jax.models.config import tiny_config
-from specrag_jax.models.transformer import init_params
+from specrag_jax.models.decoder.transformer import init_params
 from specrag_jax.serving.tiny import CharTokenizer
 from specrag_jax.training import cli as train_cli
-from specrag_jax.training.adapter import adapter_info, load_adapter
+from specrag_jax.training.lora_merge import adapter_info, load_adapter
 
 SEEDS = {"tiny-a": 1, "tiny-b": 2}
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.transformer import unstack_layers
+from specrag_jax.models.decoder.transformer import unstack_layers
 from specrag_jax.serving.tiny import CharTokenizer
 from specrag_jax.training.batching import BatchPlan, BatchStream, bucket_lengths, make_batch, pack_rows
 from specrag_jax.training.data import Example, load_examples, split_holdout
@@ -129,7 +129,7 @@ def test_loss_equals_cross_entropy_on_target_tokens_only(tiny):
 
 def test_training_forward_matches_inference_logits(tiny):
     """The packed training row computes what the inference runner computes (same reference attention)."""
-    from specrag_jax.models.runner import Chunk, ModelRunner
+    from specrag_jax.models.executor.runner import Chunk, ModelRunner
 
     cfg, params = tiny
     ex = counting_examples(1, seed=4)[0]

@@ -9,7 +9,7 @@ import pytest
 
 from specrag_jax.cli import main
 from specrag_jax.errors import SpecRagError
-from specrag_jax.training.adapter import adapter_transform, load_adapter
+from specrag_jax.training.lora_merge import adapter_transform, load_adapter
 
 ROWS = [{"prompt": f"## Instruction: what is {i}+1?\n## Rationale:", "target": f" {i}+1={i + 1}\n## Response: {i + 1}"}
         for i in range(8)]

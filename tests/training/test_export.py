@@ -13,8 +13,8 @@ from specrag_jax.adapters import resolve_adapter
 from specrag_jax.cli import main
 from specrag_jax.errors import SpecRagError
 from specrag_jax.training import loop
-from specrag_jax.training.adapter import adapter_info, load_adapter
 from specrag_jax.training.export import ADAPTER_FILE, META_FILE, export_adapter
+from specrag_jax.training.lora_merge import adapter_info, load_adapter
 from tests.training.conftest import counting_examples, small_config
 
 
@@ -104,7 +104,7 @@ def test_the_base_fingerprint_follows_the_weights_not_unused_config_fields(tiny)
 
 def test_the_shipped_adapter_resolves_by_name_and_is_the_default_drafters():
     from specrag_jax.adapters import DEFAULT_ADAPTERS, KNOWN_ADAPTERS, default_adapter
-    from specrag_jax.training.adapter import adapter_info
+    from specrag_jax.training.lora_merge import adapter_info
 
     folder = resolve_adapter("smollm2-rag-drafter")
     assert (folder / "adapter.safetensors").stat().st_size < 12e6  # tracked in the repository, package data

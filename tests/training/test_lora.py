@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.transformer import stack_layers, unstack_layers
+from specrag_jax.models.decoder.transformer import stack_layers, unstack_layers
 from specrag_jax.training.batching import make_batch, pack_rows
 from specrag_jax.training.lora import LoraConfig, init_lora, lora_delta, merge_lora, parse_targets
 from specrag_jax.training.objective import mean_loss, row_logits

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.transformer import init_params, unstack_layers
+from specrag_jax.models.decoder.transformer import init_params, unstack_layers
 from specrag_jax.training import loop
 from specrag_jax.training.batching import BatchPlan, make_batch, pack_rows
 from specrag_jax.training.checkpoint import TrainCheckpoints

@@ -1,0 +1,61 @@
+"""Log-probabilities of chosen tokens without a full [tokens, vocab] logits array.
+
+The output projection is applied chunk by chunk over the vocabulary with an online log-sum-exp, so the
+largest live array is [rows, vocab_chunk] (Gemma 3's vocabulary has 262,144 entries).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from specrag_jax.models.config import ModelConfig
+from specrag_jax.models.decoder.transformer import logits_at
+
+DEFAULT_VOCAB_CHUNK = 16384
+
+
+def _vocab_chunks(params: dict, cfg: ModelConfig, chunk: int) -> tuple[jax.Array, int]:
+    """Output weights as [n_chunks, chunk, hidden] (vocab padded with zero rows) and the padding."""
+    if cfg.tie_embeddings:
+        w = params["embed"]["embedding"]  # [V, H]
+    else:
+        w = params["lm_head"]["kernel"].T
+    vocab = w.shape[0]
+    pad = (-vocab) % chunk
+    if pad:
+        w = jnp.pad(w, ((0, pad), (0, 0)))
+    return w.reshape(-1, chunk, w.shape[1]), pad
+
+
+def token_logprobs(
+    params: dict, cfg: ModelConfig, hidden: jax.Array, targets: jax.Array, vocab_chunk: int = DEFAULT_VOCAB_CHUNK
+) -> jax.Array:
+    """log p(targets[r] | hidden[r]) for [R, hidden] rows, float32 [R]."""
+    vocab = cfg.vocab_size
+    if vocab <= vocab_chunk:
+        return jnp.take_along_axis(jax.nn.log_softmax(logits_at(params, cfg, hidden), -1), targets[:, None], -1)[:, 0]
+    w_chunks, _ = _vocab_chunks(params, cfg, vocab_chunk)
+    h = hidden.astype(w_chunks.dtype)
+    cap = cfg.final_logit_softcap
+    rows = hidden.shape[0]
+
+    def body(carry, inputs):
+        run_max, run_sum, target_logit = carry
+        w, start = inputs
+        logits = jnp.einsum("rh,ch->rc", h, w, preferred_element_type=jnp.float32)
+        if cap is not None:
+            logits = cap * jnp.tanh(logits / cap)
+        ids = start + jnp.arange(vocab_chunk)
+        logits = jnp.where(ids[None, :] < vocab, logits, -jnp.inf)
+        new_max = jnp.maximum(run_max, logits.max(-1))
+        run_sum = run_sum * jnp.exp(run_max - new_max) + jnp.exp(logits - new_max[:, None]).sum(-1)
+        in_chunk = (targets >= start) & (targets < start + vocab_chunk)
+        picked = jnp.take_along_axis(logits, jnp.clip(targets - start, 0, vocab_chunk - 1)[:, None], -1)[:, 0]
+        target_logit = jnp.where(in_chunk, picked, target_logit)
+        return (new_max, run_sum, target_logit), None
+
+    starts = jnp.arange(w_chunks.shape[0], dtype=jnp.int32) * vocab_chunk
+    init = (jnp.full(rows, -jnp.inf, jnp.float32), jnp.zeros(rows, jnp.float32), jnp.zeros(rows, jnp.float32))
+    (run_max, run_sum, target_logit), _ = jax.lax.scan(body, init, (w_chunks, starts))
+    return target_logit - (run_max + jnp.log(run_sum))

@@ -1,0 +1,125 @@
+"""Model steps kept on disk as exported StableHLO (``jax.export``), so a new process does not trace them again.
+
+JAX's persistent compilation cache stores compiled programs, but a new process must still trace and lower
+every step function before it can look one up: for the unrolled 28-30 layer decoders that is 0.3-0.5 s per
+program (4 s of a second ``specrag ask``). Here each step (kind, static arguments, argument shapes) is
+exported once, serialised next to the compilation cache, and later processes deserialise it and call it
+under ``jax.jit`` with the same donation, which only has to lower a call to the stored module. Outputs are
+bit-identical to the traced step (tested). The entry key holds the code (a hash of every source file under
+``specrag_jax/models`` and ``specrag_jax/kernels``), the JAX version, the platform, the static arguments and
+every input's shape and dtype, so a stale entry is never used. Active only while a persistent compilation
+cache is set (the CLI and ``specrag serve`` set one); ``SPECRAG_EXPORT_CACHE=off`` disables it, a folder
+path moves it. Any failure to export or load falls back to the traced step, once per step shape. Steps with
+the Pallas kernels are not exported (their TPU/Triton custom calls would need export's safety checks off).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+ENV = "SPECRAG_EXPORT_CACHE"
+_PACKAGES = ("models", "kernels")
+
+
+def export_dir() -> Path | None:
+    """Where exported steps live, or None when off (no persistent compilation cache, or ``$SPECRAG_EXPORT_CACHE``
+    is "off"/"0")."""
+    value = os.environ.get(ENV, "")
+    if value.lower() in ("off", "0", "none", "false"):
+        return None
+    if value:
+        return Path(value).expanduser()
+    xla = jax.config.jax_compilation_cache_dir
+    return Path(xla).expanduser().with_name(Path(xla).name + "_exported") if xla else None
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A hash of the decoder and kernel sources and the JAX version: any change makes new entries."""
+    root = Path(__file__).resolve().parents[2]  # specrag_jax/
+    digest = hashlib.sha256(f"jax {jax.__version__}".encode())
+    for path in source_files():
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def source_files() -> list[Path]:
+    """Every source file the fingerprint hashes: all of ``specrag_jax/models`` and ``specrag_jax/kernels``,
+    subpackages included."""
+    root = Path(__file__).resolve().parents[2]
+    return [path for package in _PACKAGES for path in sorted((root / package).rglob("*.py"))]
+
+
+def _signature(leaves: list[Any]) -> str:
+    return ";".join(f"{np.dtype(x.dtype).name}{tuple(np.shape(x))}" for x in leaves)
+
+
+class ExportedSteps:
+    """One runner's steps, each exported once and called through a jit with the pool donated."""
+
+    def __init__(self, directory: Path, params: Any, pool: Any, platform: str) -> None:
+        self.directory = directory
+        self.platform = platform
+        self._params, params_leaves = params, jax.tree_util.tree_leaves(params)
+        self._params_leaves = params_leaves  # flattened once: the runner's parameters do not change
+        self._n_params = len(params_leaves)
+        self._n_pool = len(jax.tree_util.tree_leaves(pool))
+        self._pool_treedef = jax.tree_util.tree_structure(pool)
+        self._fixed = hashlib.sha256(_signature(params_leaves + jax.tree_util.tree_leaves(pool)).encode()).hexdigest()
+        self._fns: dict[Any, Callable | None] = {}
+
+    def call(self, kind: str, body: Callable, n_out: int, statics: dict, params: Any, pool: Any, args: tuple):
+        """``body(params, pool, *args, **statics)`` -> ``(*outs, pool)``, through the stored export when possible."""
+        arg_leaves, arg_tree = jax.tree_util.tree_flatten(args)
+        key = (kind, tuple(sorted(statics.items())), arg_tree,
+               tuple((np.shape(x), np.dtype(x.dtype)) for x in arg_leaves))
+        if key not in self._fns:
+            self._fns[key] = self._load_or_export(key, body, statics, params, pool, args)
+        fn = self._fns[key]
+        if fn is None:
+            return None
+        params_leaves = self._params_leaves if params is self._params else jax.tree_util.tree_leaves(params)
+        leaves = params_leaves + jax.tree_util.tree_leaves(pool) + arg_leaves
+        out = fn(*leaves)
+        return (*out[:n_out], jax.tree_util.tree_unflatten(self._pool_treedef, list(out[n_out:])))
+
+    def _donated(self) -> tuple[int, ...]:
+        return tuple(range(self._n_params, self._n_params + self._n_pool))
+
+    def _load_or_export(self, key, body, statics, params, pool, args) -> Callable | None:
+        digest = hashlib.sha256(repr((key, self._fixed, self.platform, code_fingerprint())).encode()).hexdigest()
+        path = self.directory / f"{key[0]}-{digest[:32]}.jaxexport"
+        try:
+            if path.is_file():
+                exported = jax.export.deserialize(bytearray(path.read_bytes()))
+            else:
+                exported = self._export(body, statics, params, pool, args)
+                self.directory.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(exported.serialize())
+                os.replace(tmp, path)
+            return jax.jit(exported.call, donate_argnums=self._donated())
+        except Exception as exc:  # a missing serializer, an unexportable op, a corrupt file: trace as usual
+            warnings.warn(f"step {key[0]} not exported ({type(exc).__name__}: {str(exc)[:120]}); tracing it instead")
+            return None
+
+    def _export(self, body, statics, params, pool, args) -> jax.export.Exported:
+        treedef = jax.tree_util.tree_structure((params, pool, args))
+
+        def flat(*leaves):
+            p, kv, rest = jax.tree_util.tree_unflatten(treedef, leaves)
+            *outs, kv = body(p, kv, *rest, **statics)
+            return (*outs, *jax.tree_util.tree_leaves(kv))
+
+        leaves = jax.tree_util.tree_leaves((params, pool, args))
+        specs = [jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x in leaves]
+        return jax.export.export(jax.jit(flat, donate_argnums=self._donated()), platforms=[self.platform])(*specs)
