@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 QUESTION ?= How do I leave a loop early in Python?
 
-.PHONY: install run test bench drafter-adapter clean
+.PHONY: install run test format bench drafter-adapter clean
 
 install: $(VENV)/.installed
 
@@ -19,8 +19,16 @@ $(VENV)/.installed: pyproject.toml
 run: install
 	$(BIN)/specrag ask "$(QUESTION)"
 
+# Lint and format checks first (ruff, pinned in the `test` extra; config in pyproject.toml), then the suite.
 test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q --durations=15
+
+# Apply what `make test` checks: ruff's safe lint fixes, then the formatter.
+format: install
+	$(BIN)/ruff check --fix --exit-zero .
+	$(BIN)/ruff format .
 
 bench: install
 	$(BIN)/python benchmarks/generate.py

@@ -117,7 +117,7 @@ def new_child(path: str, out: str) -> None:
     loading.load_model_params(path)
     warm_s = time.perf_counter() - t
     digest = hashlib.sha256()
-    for name, tensor in read_header(entry).items():
+    for tensor in read_header(entry).values():
         with open(entry, "rb") as fh:
             fh.seek(tensor.offset)
             left = tensor.nbytes

@@ -281,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": "float32 (GGUF weights dequantized)", "ours_max_seq_len": args.max_seq_len,
         "prompts": PROMPTS[: max(args.batch_sizes)],
         "method": {"ours": worker_ours.__doc__, "transformers": worker_hf.__doc__, "bandwidth_bound":
-                   "max measured read bandwidth / weight bytes read per decode step (all layers + output head)"},
+                   "max measured read bandwidth / weight bytes read per decode step "
+                   "(all layers + output head)"},
     }
     _log("measuring read bandwidth")
     results["bandwidth"] = spawn("bandwidth", args)

@@ -178,8 +178,10 @@ def main() -> None:
         v = entry["verification"]
         print(f"{name}: packed {v['packed_tree_s']:.2f}s, separate {v['separate_passes_s']:.2f}s "
               f"({v['speedup_vs_separate']:.2f}x), cached-prefix {v['cached_prefix_passes_s']:.2f}s "
-              f"({v['speedup_vs_cached_prefix']:.2f}x); prefix pages + one tree pass {v['prefix_then_one_tree_pass_s']:.2f}s "
-              f"({v['prefix_then_tree_speedup_vs_separate']:.2f}x vs separate); forward only {v['forward_only_speedup_vs_separate']:.2f}x; "
+              f"({v['speedup_vs_cached_prefix']:.2f}x); "
+              f"prefix pages + one tree pass {v['prefix_then_one_tree_pass_s']:.2f}s "
+              f"({v['prefix_then_tree_speedup_vs_separate']:.2f}x vs separate); "
+              f"forward only {v['forward_only_speedup_vs_separate']:.2f}x; "
               f"decode paged/contiguous {entry['decode']['paged_over_contiguous']:.2f}")
     results["loadavg_end"] = loadavg()
     results["target"] = "packed tree >= 3x vs separate passes (reference path, CPU)"

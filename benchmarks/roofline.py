@@ -3,8 +3,9 @@ machine's peak matmul rate and memory bandwidth, both measured in the same run, 
 
 Runs ``specrag eval``'s ``evaluate`` on dev questions with the default pair (standard, speculative = the cascade,
 lossless), whose JSON carries ``roofline`` per stage (``pipeline/roofline.py``), on the last of ``--passes``
-passes over the same questions (the earlier ones compile every step shape), and adds the same stages' bounds on an H200 and a TPU v5e from their published peaks: a prediction for
-the device check to confirm. Writes ``benchmarks/results/roofline.json``.
+passes over the same questions (the earlier ones compile every step shape), and adds the same stages' bounds on
+an H200 and a TPU v5e from their published peaks: a prediction for the device check to confirm. Writes
+``benchmarks/results/roofline.json``.
 
     python benchmarks/roofline.py --data ../shared/data/retrievalqa_dev.jsonl --split heldout --limit 4
 """

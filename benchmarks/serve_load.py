@@ -3,8 +3,9 @@
 Starts the real server as a subprocess (once with backpressure, once without when the sweep asks for both),
 sends a bounded number of requests (count and wall time) and reports requests/s, generated tokens/s (from
 the server's own counters), p50/p95 latency; the speedup of N concurrent clients over the same workload
-one request at a time on the same engine (the same requests, each run from a cold prefix cache); and, for open-loop arrivals at increasing rates, the highest rate
-whose p95 stays under a stated bound. Results (with the command) go to benchmarks/results/serve_load.json.
+one request at a time on the same engine (the same requests, each run from a cold prefix cache); and, for
+open-loop arrivals at increasing rates, the highest rate whose p95 stays under a stated bound. Results (with the
+command) go to benchmarks/results/serve_load.json.
 
     nice -n 19 .venv/bin/python benchmarks/serve_load.py                  # real models, RAG requests
     .venv/bin/python benchmarks/serve_load.py --drafter tiny:llama --verifier tiny:gemma3 --requests 8

@@ -125,8 +125,10 @@ def timed(x: dict) -> bool:
 def paired_speedup(plain: list[dict], spec: list[dict]) -> dict:
     """Decode-phase tokens/s of both on the questions where neither run compiled, and their ratio."""
     pairs = [(a, b) for a, b in zip(plain, spec) if timed(a) and timed(b)]
-    rate = lambda runs: (sum(max(len(x["tokens"]) - 1, 0) for x in runs)  # noqa: E731
-                         / max(sum(x["decode_s"] for x in runs), 1e-9))
+
+    def rate(runs):
+        return sum(max(len(x["tokens"]) - 1, 0) for x in runs) / max(sum(x["decode_s"] for x in runs), 1e-9)
+
     a, b = rate([x for x, _ in pairs]), rate([y for _, y in pairs])
     return {"paired_questions": len(pairs), "plain_decode_tokens_per_s": round(a, 3),
             "decode_tokens_per_s": round(b, 3), "decode_speedup_vs_plain": round(b / a, 3) if a else None,

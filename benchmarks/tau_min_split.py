@@ -1,4 +1,5 @@
-"""The tau_min fallback (speculative -> standard RAG below a confidence floor), chosen on one split, measured on another.
+"""The tau_min fallback (speculative -> standard RAG below a confidence floor), chosen on one split, measured on
+another.
 
 Reads an eval's ``predictions.jsonl`` (``specrag eval --out DIR`` with both ``speculative`` and ``standard``).
 Both methods are greedy with the same verifier and prompts, so the fallback's answer to a question is exactly

@@ -1,4 +1,5 @@
-"""Rerank and selection flags of ask/eval/serve: one-line errors, and `specrag eval --corpus` end to end on tiny models."""
+"""Rerank and selection flags of ask/eval/serve: one-line errors, and `specrag eval --corpus` end to end on tiny
+models."""
 
 from __future__ import annotations
 

@@ -113,7 +113,7 @@ def paged_tree_attention_blocked(
         seq_rows = meta.token_seq[rows]  # several sequences: all rows (one query block)
 
         def key_step(b, carry, qb=qb, pb=pb, lb=lb, seq_rows=seq_rows):
-            m, l, acc = carry
+            m, denom, acc = carry
             pages = lax.dynamic_slice_in_dim(tables, b * ppb, ppb, axis=1)
             k = k_pool[pages].astype(f32)  # [rows, ppb, page_size, Hkv, D]
             v = v_pool[pages].astype(f32)
@@ -128,10 +128,10 @@ def paged_tree_attention_blocked(
             m_new = jnp.maximum(m, s.max(-1))
             p = jnp.exp(s - m_new[..., None])
             c = jnp.exp(m - m_new)
-            return m_new, l * c + p.sum(-1), acc * c[..., None] + _prefix_values(p, v, mode, seq_rows, s_count)
+            return m_new, denom * c + p.sum(-1), acc * c[..., None] + _prefix_values(p, v, mode, seq_rows, s_count)
 
-        _, l, acc = lax.fori_loop(lo, hi, key_step, init)
-        outs.append(acc / l[..., None])
+        _, denom, acc = lax.fori_loop(lo, hi, key_step, init)
+        outs.append(acc / denom[..., None])
     out = jnp.concatenate(outs, axis=2).transpose(2, 0, 1, 3)  # [T, Hkv, G, D]
     out = jnp.where(valid[:, None, None, None], out, 0.0)  # padding rows -> 0
     return out.reshape(t, hq, d).astype(q.dtype)

@@ -65,7 +65,7 @@ def paged_decode_attention_blocked(
     hi = (jnp.max(lens) + blk - 1) // blk
 
     def block(b, carry):
-        m, l, acc = carry
+        m, denom, acc = carry
         pages = lax.dynamic_slice_in_dim(tables, b * ppb, ppb, axis=1)  # [T, ppb]
         k = k_pool[pages].reshape(t, blk, hkv, d).astype(f32)
         v = v_pool[pages].reshape(t, blk, hkv, d).astype(f32)
@@ -76,13 +76,13 @@ def paged_decode_attention_blocked(
         m_new = jnp.maximum(m, s.max(-1))
         p = jnp.exp(s - m_new[..., None])
         c = jnp.exp(m - m_new)
-        return m_new, l * c + p.sum(-1), acc * c[..., None] + jnp.einsum("tkgj,tjkd->tkgd", p, v)
+        return m_new, denom * c + p.sum(-1), acc * c[..., None] + jnp.einsum("tkgj,tjkd->tkgd", p, v)
 
     # The token's own key starts the softmax (always visible to itself), so the running max is finite.
     s_self = softcap_scores(jnp.einsum("tkgd,tkd->tkg", qh, k_new.astype(f32)), softcap)
     init = (s_self, jnp.ones_like(s_self), jnp.broadcast_to(v_new.astype(f32)[:, :, None, :], (t, hkv, g, d)))
-    _, l, acc = lax.fori_loop(lo, jnp.maximum(hi, lo), block, init)
-    out = jnp.where(meta.token_valid[:, None, None, None], acc / l[..., None], 0.0)  # padding rows -> 0
+    _, denom, acc = lax.fori_loop(lo, jnp.maximum(hi, lo), block, init)
+    out = jnp.where(meta.token_valid[:, None, None, None], acc / denom[..., None], 0.0)  # padding rows -> 0
     return out.reshape(t, hq, d).astype(q.dtype)
 
 

@@ -147,8 +147,8 @@ def _tpu_kernel(lens_ref, lo_ref, pt_ref, q_ref, k_hbm, v_hbm, o_ref, m_ref, l_r
                                    carry[h], softcap=softcap, mxu=True) for h in range(hkv))
 
     carry = jax.lax.fori_loop(0, num_blocks, body, tuple(_init_carry(g, d) for _ in range(hkv)))
-    for h, (m, l, acc) in enumerate(carry):
-        o_ref[h], m_ref[h], l_ref[h] = acc, m, l
+    for h, (m, denom, acc) in enumerate(carry):
+        o_ref[h], m_ref[h], l_ref[h] = acc, m, denom
 
 
 def _gpu_kernel(lens_ref, lo_ref, pt_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, *, ps: int, ppb: int,
@@ -183,7 +183,10 @@ def _tpu_call(q4, k_flat, v_flat, lens, lo, pt, *, sizes: DecodeBlockSizes, scal
     splits = sizes.num_splits(ps, pages_per_seq)
     kernel = functools.partial(_tpu_kernel, ps=ps, ppb=ppb, pages_per_seq=pages_per_seq, num_splits=splits,
                                hkv=hkv, g=g, d=d, scale=scale, softcap=softcap)
-    part = lambda last: pl.BlockSpec((None, None, hkv, g, last), lambda i, j, *_: (i, j, 0, 0, 0))
+
+    def part(last):  # one split's partial of one token: [Hkv, G, last]
+        return pl.BlockSpec((None, None, hkv, g, last), lambda i, j, *_: (i, j, 0, 0, 0))
+
     return pl.pallas_call(
         kernel,
         grid_spec=pltpu.PrefetchScalarGridSpec(
@@ -211,8 +214,13 @@ def _gpu_call(q4, k_flat, v_flat, lens, lo, pt, *, sizes: DecodeBlockSizes, scal
     gp = pl.next_power_of_2(g)  # Triton tensors have power-of-2 sizes: pad the q group with zero rows
     q4 = jnp.pad(q4, ((0, 0), (0, 0), (0, gp - g), (0, 0)))
     kernel = functools.partial(_gpu_kernel, ps=ps, ppb=ppb, num_splits=splits, d=d, scale=scale, softcap=softcap)
-    whole = lambda x: pl.BlockSpec(x.shape, lambda *_: (0,) * x.ndim)
-    part = lambda last: pl.BlockSpec((None, None, None, gp, last), lambda i, h, j: (i, j, h, 0, 0))
+
+    def whole(x):
+        return pl.BlockSpec(x.shape, lambda *_: (0,) * x.ndim)
+
+    def part(last):  # one split's partial of one token and KV head: [Gp, last]
+        return pl.BlockSpec((None, None, None, gp, last), lambda i, h, j: (i, j, h, 0, 0))
+
     k_rows, v_rows = k_flat.reshape(n_pages * ps, hd), v_flat.reshape(n_pages * ps, hd)
     outs = pl.pallas_call(
         kernel,
@@ -228,7 +236,7 @@ def _gpu_call(q4, k_flat, v_flat, lens, lo, pt, *, sizes: DecodeBlockSizes, scal
     return tuple(x[:, :, :, :g] for x in outs)
 
 
-def _merge(acc, m, l, q4, k_new, v_new, *, scale, softcap):
+def _merge(acc, m, denom, q4, k_new, v_new, *, scale, softcap):
     """Flash-decoding reduce: combine split partials [T, S, Hkv, G, *] with the token's own K/V."""
     f32 = jnp.float32
     s_self = jnp.einsum("tkgd,tkd->tkg", q4.astype(f32) * scale, k_new.astype(f32))[..., None]
@@ -238,7 +246,7 @@ def _merge(acc, m, l, q4, k_new, v_new, *, scale, softcap):
     w = jnp.exp(m - m_all[:, None])
     w_self = jnp.exp(s_self - m_all)
     num = (w * acc).sum(axis=1) + w_self * v_new.astype(f32)[:, :, None, :]
-    return num / ((w * l).sum(axis=1) + w_self)
+    return num / ((w * denom).sum(axis=1) + w_self)
 
 
 def paged_decode_attention_pallas(
@@ -286,7 +294,7 @@ def paged_decode_attention_pallas(
     k_flat = k_pool.reshape(n_pages, ps, hkv * d)  # free reshape: one page = one [ps, Hkv*D] tile
     v_flat = v_pool.reshape(n_pages, ps, hkv * d)
     call = _tpu_call if backend == "tpu" else _gpu_call
-    acc, m, l = call(q4, k_flat, v_flat, lens, lo, pt, sizes=sizes, scale=scale, softcap=softcap,
+    acc, m, denom = call(q4, k_flat, v_flat, lens, lo, pt, sizes=sizes, scale=scale, softcap=softcap,
                      interpret=interpret)
-    out = _merge(acc, m, l, q4, k_new, v_new, scale=scale, softcap=softcap)
+    out = _merge(acc, m, denom, q4, k_new, v_new, scale=scale, softcap=softcap)
     return jnp.where(valid[:, None, None], out.reshape(t, hq, d), 0).astype(q.dtype)

@@ -28,14 +28,14 @@ def _scores(q, k, scale: float, softcap: float | None, prec):
 
 def _update(carry, s, mask, v, prec):
     """One online-softmax step over a [rows, keys] score tile."""
-    m, l, acc = carry
+    m, denom, acc = carry
     s = jnp.where(mask, s, _NEG)
     m_new = jnp.maximum(m, s.max(axis=1, keepdims=True))
     p = jnp.where(mask, jnp.exp(s - m_new), 0.0)
     alpha = jnp.exp(m - m_new)
     pv = lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=F32,
                          precision=prec)
-    return m_new, alpha * l + p.sum(axis=1, keepdims=True), alpha * acc + pv
+    return m_new, alpha * denom + p.sum(axis=1, keepdims=True), alpha * acc + pv
 
 
 def _prefix_mask(seq_q, pos_q, s, kv_len, first_key, n_keys: int, window):
@@ -49,8 +49,8 @@ def _chunk_mask(seq_q, pos_q, tin_q, seq_k, pos_k, tin_k, tend_k, window):
 
 
 def _finish(carry):
-    _, l, acc = carry
-    return acc / jnp.where(l == 0.0, 1.0, l)
+    _, denom, acc = carry
+    return acc / jnp.where(denom == 0.0, 1.0, denom)
 
 
 def _tpu_kernel(pair_start, pair_seq, pair_lo, pair_hi, chunk_start, chunk_blk, table, kv_lens, win,

@@ -209,7 +209,7 @@ def tiny_config(arch: str = "llama", **overrides: Any) -> ModelConfig:
 
 def param_shapes(cfg: ModelConfig) -> dict[str, Any]:
     """The exact parameter tree (shapes only) that loaders must produce for ``cfg``."""
-    L, H, D, I = cfg.num_layers, cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    L, H, D, F = cfg.num_layers, cfg.hidden_size, cfg.head_dim, cfg.intermediate_size  # F: FFN width
     attn: dict[str, Any] = {
         "q": {"kernel": (L, H, cfg.num_heads * D)},
         "k": {"kernel": (L, H, cfg.num_kv_heads * D)},
@@ -224,10 +224,10 @@ def param_shapes(cfg: ModelConfig) -> dict[str, Any]:
         attn["q_norm"] = {"scale": (L, D)}
         attn["k_norm"] = {"scale": (L, D)}
     E = cfg.num_experts
-    mlp: dict[str, Any] = {"gate": {"kernel": (L, H, I)}, "up": {"kernel": (L, H, I)}, "down": {"kernel": (L, I, H)}}
+    mlp: dict[str, Any] = {"gate": {"kernel": (L, H, F)}, "up": {"kernel": (L, H, F)}, "down": {"kernel": (L, F, H)}}
     if E:
-        mlp = {"router": {"kernel": (L, H, E)}, "gate": {"kernel": (L, E, H, I)}, "up": {"kernel": (L, E, H, I)},
-               "down": {"kernel": (L, E, I, H)}}
+        mlp = {"router": {"kernel": (L, H, E)}, "gate": {"kernel": (L, E, H, F)}, "up": {"kernel": (L, E, H, F)},
+               "down": {"kernel": (L, E, F, H)}}
     layers: dict[str, Any] = {"attn_norm": {"scale": (L, H)}, "attn": attn, "mlp_norm": {"scale": (L, H)}, "mlp": mlp}
     if cfg.sandwich_norm:
         layers["post_attn_norm"] = {"scale": (L, H)}

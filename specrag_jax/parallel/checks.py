@@ -7,6 +7,7 @@ subprocess). Prints one JSON object: per check, the measured differences (the te
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -133,7 +134,7 @@ def check_pallas(spec: str = "model=4") -> list[dict]:
             kw = dict(scale=d ** -0.5, tree=not decode, decode=decode, impl="pallas")
             meta = jax.tree_util.tree_map(jnp.asarray, step.meta)
             ref = paged_attention(q, kn, vn, kp, vp, meta, **kw)
-            got = jax.jit(lambda *a: sharded_paged_attention(*a, mesh=mesh, **kw))(q, kn, vn, kp, vp, meta)
+            got = jax.jit(functools.partial(sharded_paged_attention, mesh=mesh, **kw))(q, kn, vn, kp, vp, meta)
             out.append({"heads": [hq, hkv], "split": head_split(hq, hkv, 4), "decode": decode,
                         "max_diff": float(jnp.max(jnp.abs(got - ref))), "out_sharding": str(got.sharding.spec)})
     return out

@@ -50,7 +50,8 @@ def parse_device_list(text: str, devices: Sequence[jax.Device] | None = None) ->
             lo, sep, hi = part.strip().partition("-")
             ids.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
     except ValueError:
-        raise SpecRagError(f"bad device list {text!r}: write a count ('2'), indices ('0,1') or a range ('2-7')")
+        raise SpecRagError(f"bad device list {text!r}: write a count ('2'), indices ('0,1') or a range ('2-7')"
+                           ) from None
     bad = [i for i in ids if not 0 <= i < len(devices)]
     if bad:
         raise SpecRagError(f"device index {bad[0]} out of range: {len(devices)} devices are available")

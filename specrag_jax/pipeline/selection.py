@@ -89,17 +89,20 @@ def ev_sr_logprob(d: Draft, mode: str) -> float:
     return _yes(d.ev_sr_logprob, d.ev_sr_no_logprob, mode)
 
 
+# Each term's value for a draft; only the chosen terms are computed (the others' passes may not have run).
+_TERM_VALUES = {
+    "draft": lambda d, options: _norm(d.draft_logprob, d.draft_tokens, options.normalize),
+    "sc": lambda d, options: _norm(d.sc_logprob, d.sc_tokens, options.normalize),
+    "sr": lambda d, options: sr_logprob(d, options.sr),
+    "ev_sc": lambda d, options: _norm(d.ev_sc_logprob, d.ev_sc_tokens, options.normalize),
+    "ev_sr": lambda d, options: ev_sr_logprob(d, options.sr),
+}
+
+
 def score_drafts(drafts: Sequence[Draft], options: ScoreOptions) -> None:
     """Set ``draft.score`` = sum of the chosen log-terms (unparsed drafts get a large penalty)."""
     for d in drafts:
-        parts = {
-            "draft": lambda: _norm(d.draft_logprob, d.draft_tokens, options.normalize),
-            "sc": lambda: _norm(d.sc_logprob, d.sc_tokens, options.normalize),
-            "sr": lambda: sr_logprob(d, options.sr),
-            "ev_sc": lambda: _norm(d.ev_sc_logprob, d.ev_sc_tokens, options.normalize),
-            "ev_sr": lambda: ev_sr_logprob(d, options.sr),
-        }
-        d.score = sum(parts[t]() for t in options.terms) + (0.0 if d.parsed else UNPARSED_PENALTY)
+        d.score = sum(_TERM_VALUES[t](d, options) for t in options.terms) + (0.0 if d.parsed else UNPARSED_PENALTY)
 
 
 def answer_groups(drafts: Sequence[Draft]) -> dict[str, list[Draft]]:

@@ -50,7 +50,8 @@ def suite_paths(suite_dir: str | None, data: Sequence[str] = ()) -> list[Path]:
 
 
 def column_name(data: Dataset, path: Path, taken: set[str]) -> str:
-    """A file's column: its task (the format for RetrievalQA without one), ``task:file-stem`` when two files share it."""
+    """A file's column: its task (the format for RetrievalQA without one), ``task:file-stem`` when two files share
+    it."""
     name = data.task or data.format
     return name if name not in taken else f"{name}:{path.stem}"
 

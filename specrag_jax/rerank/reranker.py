@@ -270,7 +270,7 @@ class Reranker:
         except OSError as exc:  # a full or read-only disk must not fail reranking (it fails indexing)
             if strict:
                 raise SpecRagError(f"cannot write the document K/V store {self.store.directory}: {exc}") from None
-            warnings.warn(f"could not write the document K/V store: {exc}")
+            warnings.warn(f"could not write the document K/V store: {exc}", stacklevel=2)
         self._tick("store", t0)
 
     def _admit(self, key: str, r: _Resident) -> None:

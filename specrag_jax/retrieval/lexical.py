@@ -2,8 +2,9 @@
 
 Tokens: lower-cased words of two or more characters (bm25s' default pattern), English stop words removed
 (``stopwords=None`` keeps them: IDF alone then discounts common words, and words such as "with", "if" or
-"not" stay searchable, which matters for a corpus about Python), then Harman's "S" stemmer (plural endings only: ``-ies -> -y``, ``-es -> -e``, ``-s -> ''``) so a question
-about "dogs" finds a passage about a "dog" without a stemming dependency. Lucene's BM25 variant, k1=1.5,
+"not" stay searchable, which matters for a corpus about Python), then Harman's "S" stemmer (plural endings only:
+``-ies -> -y``, ``-es -> -e``, ``-s -> ''``) so a question about "dogs" finds a passage about a "dog" without a
+stemming dependency. Lucene's BM25 variant, k1=1.5,
 b=0.75. ``search`` returns only documents that share at least one term with the query.
 """
 

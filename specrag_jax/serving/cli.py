@@ -53,7 +53,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-sampling", action="store_true",
                    help="also warm up the sampling programs (requests with temperature > 0; greedy is the default)")
     p.add_argument("--compile-cache", default=None,
-                   help="persistent XLA compilation cache directory (default ~/.cache/specrag_jax/xla, shared with ask/eval/generate; 'none' = off)")
+                   help="persistent XLA compilation cache directory (default ~/.cache/specrag_jax/xla, shared with "
+                        "ask/eval/generate; 'none' = off)")
     p.add_argument("--log-level", default="warning")
     from specrag_jax.rerank.options import add_rerank_arguments
 

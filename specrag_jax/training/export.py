@@ -51,7 +51,7 @@ def export_adapter(run_dir: str | Path, dest: str | Path, dtype: str = "bfloat16
         ckpts.close()
     if meta.get("mode") == "full" and dtype != "float32":
         warnings.warn(f"exporting fully fine-tuned weights of {run_dir} as {dtype}: they are rounded; "
-                      f"pass dtype float32 to keep them exact")
+                      f"pass dtype float32 to keep them exact", stacklevel=2)
     target = jax.numpy.dtype(dtype)
     tree = jax.tree_util.tree_map(lambda a: np.asarray(a).astype(target), trainable)
     meta = {k: v for k, v in meta.items() if k != "history"}

@@ -96,7 +96,10 @@ def test_default_block_table_and_skipped_pages_are_never_read(backend):
         lo = max(0, n - window + 1)
         active |= {int(meta.page_table[s, p]) for p in range(lo // ps, -(-n // ps))}
     dead = np.array([p not in active for p in range(N_PAGES)])
-    poison = lambda pool: jnp.where(dead[:, None, None, None], jnp.nan, pool)
+
+    def poison(pool):
+        return jnp.where(dead[:, None, None, None], jnp.nan, pool)
+
     check(backend, case, window, None, None, pools=(poison(case[3]), poison(case[4])))
 
 
@@ -139,10 +142,15 @@ def test_write_kv_updates_the_donated_pool_in_place():
 
 def _export(backend, platform, heads=GEMMA, **kwargs):
     hq, hkv, d = heads
-    i32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)
+
+    def i32(*s):
+        return jax.ShapeDtypeStruct(s, jnp.int32)
+
+    def arr(*s):
+        return jax.ShapeDtypeStruct(s, jnp.bfloat16)
+
     bool_t = jax.ShapeDtypeStruct((T,), jnp.bool_)
     meta = AttentionMetadata(i32(T), i32(T), i32(T), bool_t, i32(T), i32(T, 8), i32(T))
-    arr = lambda *s: jax.ShapeDtypeStruct(s, jnp.bfloat16)
     f = functools.partial(paged_decode_attention_pallas, scale=0.1, softcap=30.0, backend=backend, interpret=False)
     return jax.export.export(jax.jit(f), platforms=[platform], **kwargs)(
         arr(T, hq, d), arr(T, hkv, d), arr(T, hkv, d), arr(64, 16, hkv, d), arr(64, 16, hkv, d), meta, window=7)

@@ -30,7 +30,7 @@ def build_case(rng, chunks, ps, heads, d, t_pad, dtype=jnp.float32, n_pages=None
     seqs, packed = [], 0
     for (kv, par), np_ in zip(chunks, need):
         depth = []
-        for i, p in enumerate(par):
+        for p in par:
             depth.append(0 if p < 0 else depth[p] + 1)
         seqs.append(dict(kv_len=kv, pages=[int(free.pop()) for _ in range(np_)], parents=list(par),
                          tokens=list(range(packed, packed + len(par))), pos=[kv + x for x in depth]))

@@ -304,6 +304,9 @@ def test_http_chat_completion_with_speculation_equals_without(make_service):
     assert spec["choices"] == plain["choices"]
     assert "speculation" in spec["usage"] and spec["usage"]["speculation"]["steps"] > 0
     assert "speculation" not in plain["usage"]
-    text = lambda s: "".join(json.loads(x[6:])["choices"][0]["delta"].get("content", "")  # noqa: E731
-                             for x in s.split("\n\n") if x.startswith("data: {"))
+
+    def text(s):
+        return "".join(json.loads(x[6:])["choices"][0]["delta"].get("content", "")
+                       for x in s.split("\n\n") if x.startswith("data: {"))
+
     assert text(out["ngram"][1]) == text(out["none"][1]) == plain["choices"][0]["message"]["content"]

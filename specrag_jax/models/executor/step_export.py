@@ -109,7 +109,8 @@ class ExportedSteps:
                 os.replace(tmp, path)
             return jax.jit(exported.call, donate_argnums=self._donated())
         except Exception as exc:  # a missing serializer, an unexportable op, a corrupt file: trace as usual
-            warnings.warn(f"step {key[0]} not exported ({type(exc).__name__}: {str(exc)[:120]}); tracing it instead")
+            warnings.warn(f"step {key[0]} not exported ({type(exc).__name__}: {str(exc)[:120]}); tracing it instead",
+                          stacklevel=2)
             return None
 
     def _export(self, body, statics, params, pool, args) -> jax.export.Exported:

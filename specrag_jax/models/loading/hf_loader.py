@@ -132,7 +132,7 @@ def hf_plan(directory: str | Path) -> HFPlan:
     head = next((h for h in LM_HEADS if h in index), None)
     if not cfg.tie_embeddings:
         if head is None:
-            warnings.warn(f"{directory}: tie_word_embeddings is false but lm_head.weight is missing; tying")
+            warnings.warn(f"{directory}: tie_word_embeddings is false but lm_head.weight is missing; tying", stacklevel=2)
             cfg = cfg.replace(tie_embeddings=True)
         else:
             names["lm_head/kernel"] = head

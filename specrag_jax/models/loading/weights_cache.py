@@ -184,14 +184,14 @@ def load_params_cached(
         except SpecRagError:  # a bad source (or placement): the same error as without a cache
             raise
         except Exception as exc:  # a full disk or read-only cache must not fail the load: convert in memory
-            warnings.warn(f"could not write parameter cache {entry}: {exc}")
+            warnings.warn(f"could not write parameter cache {entry}: {exc}", stacklevel=2)
             cfg, params = loader()
             return cfg, params, CacheResult(hit=False, entry=None, rebuilt_corrupt=corrupt)
     cfg, params = loader()
     try:
         _write_entry(cache_dir, entry, key, lambda file: _save(file, cfg, params))
     except Exception as exc:  # a full disk or read-only cache must not fail the load
-        warnings.warn(f"could not write parameter cache {entry}: {exc}")
+        warnings.warn(f"could not write parameter cache {entry}: {exc}", stacklevel=2)
     return cfg, params, CacheResult(hit=False, entry=entry if entry.is_dir() else None, rebuilt_corrupt=corrupt)
 
 

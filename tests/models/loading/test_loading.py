@@ -227,24 +227,24 @@ def ref_block(qtype: QT, b: np.ndarray) -> list[float]:
         qh, ql = (u[16:48], u[48:176]) if qtype == QT.Q5_K else (None, u[16:144])
         for n, j in enumerate(range(0, 256, 64)):
             (s1, m1), (s2, m2) = _scale_min_k4(2 * n, sc), _scale_min_k4(2 * n + 1, sc)
-            for l in range(32):
-                hi1 = 16 * ((qh[l] >> (2 * n)) & 1) if qh is not None else 0
-                hi2 = 16 * ((qh[l] >> (2 * n + 1)) & 1) if qh is not None else 0
-                y[j + l] = d * s1 * ((ql[32 * n + l] & 0xF) + hi1) - dmin * m1
-                y[j + 32 + l] = d * s2 * ((ql[32 * n + l] >> 4) + hi2) - dmin * m2
+            for i in range(32):
+                hi1 = 16 * ((qh[i] >> (2 * n)) & 1) if qh is not None else 0
+                hi2 = 16 * ((qh[i] >> (2 * n + 1)) & 1) if qh is not None else 0
+                y[j + i] = d * s1 * ((ql[32 * n + i] & 0xF) + hi1) - dmin * m1
+                y[j + 32 + i] = d * s2 * ((ql[32 * n + i] >> 4) + hi2) - dmin * m2
         return y
     assert qtype == QT.Q6_K
     ql, qh, sc, d = u[0:128], u[128:192], [int(v) for v in b[192:208].view(np.int8)], _f16(b[208:])
     for h in range(2):
-        for l in range(32):
+        for i in range(32):
             L, H, S = ql[64 * h:], qh[32 * h:], sc[8 * h:]
-            q1 = ((L[l] & 0xF) | (((H[l] >> 0) & 3) << 4)) - 32
-            q2 = ((L[l + 32] & 0xF) | (((H[l] >> 2) & 3) << 4)) - 32
-            q3 = ((L[l] >> 4) | (((H[l] >> 4) & 3) << 4)) - 32
-            q4 = ((L[l + 32] >> 4) | (((H[l] >> 6) & 3) << 4)) - 32
-            base = 128 * h + l
-            y[base], y[base + 32] = d * S[l // 16] * q1, d * S[l // 16 + 2] * q2
-            y[base + 64], y[base + 96] = d * S[l // 16 + 4] * q3, d * S[l // 16 + 6] * q4
+            q1 = ((L[i] & 0xF) | (((H[i] >> 0) & 3) << 4)) - 32
+            q2 = ((L[i + 32] & 0xF) | (((H[i] >> 2) & 3) << 4)) - 32
+            q3 = ((L[i] >> 4) | (((H[i] >> 4) & 3) << 4)) - 32
+            q4 = ((L[i + 32] >> 4) | (((H[i] >> 6) & 3) << 4)) - 32
+            base = 128 * h + i
+            y[base], y[base + 32] = d * S[i // 16] * q1, d * S[i // 16 + 2] * q2
+            y[base + 64], y[base + 96] = d * S[i // 16 + 4] * q3, d * S[i // 16 + 6] * q4
     return y
 
 

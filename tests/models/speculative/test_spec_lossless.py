@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 
 import jax
 import jax.numpy as jnp
@@ -120,7 +121,7 @@ def simulate(trees: TokenTree, probs: jax.Array, keys: jax.Array, coin_scale: ja
         for step, k in enumerate(jax.random.split(key, STEPS)):
             ci = jnp.where(n == 0, 0, jnp.where(n == 1, 1 + out[0], 1 + vocab + out[0] * vocab + out[1]))
             ci = jnp.clip(jnp.where(n >= 3, 0, ci), 0, probs.shape[0] - 1)
-            tree = jax.tree_util.tree_map(lambda a: a[ci], trees)
+            tree = jax.tree_util.tree_map(operator.itemgetter(ci), trees)
             coins, final_key = draw_uniforms(k, probs.shape[1])
             _, acc, toks = accept_from_probs(probs[ci], tree, coins * coin_scale, final_key)
             j = jnp.arange(3)
