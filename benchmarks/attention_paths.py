@@ -59,8 +59,9 @@ def build_case(heads, per_seq: int, lens: list[int], bucket_pages: int, rng):
     kv_lens = np.asarray(lens, np.int32)
     positions = kv_lens[token_seq] + offset
     parents = np.where(offset == 0, -1, np.arange(t) - 1).astype(np.int32)
-    meta = AttentionMetadata(token_seq, positions, parents, np.ones(t, bool), np.full(t, n_pages * PAGE, np.int32),
-                             tables, kv_lens)
+    meta = AttentionMetadata(
+        token_seq, positions, parents, np.ones(t, bool), np.full(t, n_pages * PAGE, np.int32), tables, kv_lens
+    )
     return (q, k_new, v_new, k_pool, v_pool, meta), per_seq == 1
 
 
@@ -92,11 +93,23 @@ def main() -> None:
         kv_bytes = 2 * sum(lens) * hkv * d * 4
         pairs = sum(n * per_seq + per_seq * (per_seq + 1) // 2 for n in lens)  # cached + causal chunk keys
         bound_ms = 1e3 * max(kv_bytes / peaks.bytes_per_s, 4 * hq * d * pairs / peaks.flops_per_s)
-        rows.append({"case": name, "model_heads": model, "reference_ms": round(ref_ms, 3),
-                     "dispatched_ms": round(new_ms, 3), "speedup": round(ref_ms / new_ms, 2),
-                     "bound_ms": round(bound_ms, 3), "dispatched_over_bound": round(new_ms / bound_ms, 2), "max_abs_diff": err})
-        print(f"{name}: reference {ref_ms:.2f} ms, dispatched {new_ms:.2f} ms ({ref_ms / new_ms:.1f}x), "
-              f"bound {bound_ms:.2f} ms, max diff {err:.1e}", flush=True)
+        rows.append(
+            {
+                "case": name,
+                "model_heads": model,
+                "reference_ms": round(ref_ms, 3),
+                "dispatched_ms": round(new_ms, 3),
+                "speedup": round(ref_ms / new_ms, 2),
+                "bound_ms": round(bound_ms, 3),
+                "dispatched_over_bound": round(new_ms / bound_ms, 2),
+                "max_abs_diff": err,
+            }
+        )
+        print(
+            f"{name}: reference {ref_ms:.2f} ms, dispatched {new_ms:.2f} ms ({ref_ms / new_ms:.1f}x), "
+            f"bound {bound_ms:.2f} ms, max diff {err:.1e}",
+            flush=True,
+        )
     write_results(args.out, {**run_header(), "peaks": peaks.to_dict(), "loadavg_after": loadavg(), "cases": rows})
 
 

@@ -29,8 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import run_header, write_results  # noqa: E402
 from specrag_jax.pipeline.drafting import Draft  # noqa: E402
 from specrag_jax.pipeline.evaluation import is_correct  # noqa: E402
-from specrag_jax.pipeline.selection import (EVIDENCE_TERMS, SELECTIONS, ScoreOptions, consensus, select,  # noqa: E402
-                                            selection_confidence)
+from specrag_jax.pipeline.selection import (  # noqa: E402
+    EVIDENCE_TERMS,
+    SELECTIONS,
+    ScoreOptions,
+    consensus,
+    select,
+    selection_confidence,
+)
 
 CANDIDATES = ("evidence", "evidence+agg")
 
@@ -48,9 +54,15 @@ def questions(predictions: Path, data: Path) -> list[dict]:
     rows = []
     for qid, m in by_id.items():
         if "speculative" in m and "standard" in m:
-            rows.append({"id": qid, "truth": truth[qid], "standard": m["standard"]["correct"],
-                         "drafts": [Draft(**d) for d in m["speculative"]["drafts"]],
-                         "baselines": {k: m[k]["correct"] for k in ("random_draft", "drafter_only") if k in m}})
+            rows.append(
+                {
+                    "id": qid,
+                    "truth": truth[qid],
+                    "standard": m["standard"]["correct"],
+                    "drafts": [Draft(**d) for d in m["speculative"]["drafts"]],
+                    "baselines": {k: m[k]["correct"] for k in ("random_draft", "drafter_only") if k in m},
+                }
+            )
     if not rows:
         raise SystemExit(f"{predictions}: no question has standard and speculative predictions")
     return rows
@@ -62,8 +74,9 @@ def picks(rows: list[dict], option: str) -> list[tuple[bool, float, bool]]:
     for q in rows:
         drafts = copy.deepcopy(q["drafts"])
         chosen = select(drafts, option, ScoreOptions())
-        out.append((is_correct(chosen.answer, q["truth"]), selection_confidence(chosen, drafts, option),
-                    consensus(drafts)))
+        out.append(
+            (is_correct(chosen.answer, q["truth"]), selection_confidence(chosen, drafts, option), consensus(drafts))
+        )
     return out
 
 
@@ -74,10 +87,12 @@ def cascade(rows: list[dict], chosen: list[tuple[bool, float, bool]], tau: float
     take = [(fast_path and unanimous) or tau is None or conf >= tau for _, conf, unanimous in chosen]
     ok = [pick if t else q["standard"] for q, (pick, _, _), t in zip(rows, chosen, take)]
     accepted = sum(take)
-    return {"accuracy": sum(ok) / n, "acceptance_rate": accepted / n,
-            "accepted_accuracy": sum(o for o, t in zip(ok, take) if t) / accepted if accepted else None,
-            "fallback_accuracy": (sum(o for o, t in zip(ok, take) if not t) / (n - accepted)
-                                  if n > accepted else None)}
+    return {
+        "accuracy": sum(ok) / n,
+        "acceptance_rate": accepted / n,
+        "accepted_accuracy": sum(o for o, t in zip(ok, take) if t) / accepted if accepted else None,
+        "fallback_accuracy": (sum(o for o, t in zip(ok, take) if not t) / (n - accepted) if n > accepted else None),
+    }
 
 
 def main() -> None:
@@ -94,25 +109,36 @@ def main() -> None:
         chosen = picks(rows, option)
         for fast_path in (False, True):
             for tau in [None] + sorted({c for _, c, _ in chosen}):  # tau = a seen confidence: that one is accepted
-                tried.append({"selection": option, "consensus": fast_path, "tau_min": tau,
-                              **cascade(rows, chosen, tau, fast_path)})
+                tried.append(
+                    {
+                        "selection": option,
+                        "consensus": fast_path,
+                        "tau_min": tau,
+                        **cascade(rows, chosen, tau, fast_path),
+                    }
+                )
 
     def rank(t: dict) -> tuple:
         return round(t["accuracy"], 9), t["acceptance_rate"], -(t["tau_min"] or 0.0)
 
     best = max((t for t in tried if t["selection"] in CANDIDATES), key=rank)
     summary = {
-        "n": n, "one_question_points": 100.0 / n, "evidence_terms": list(EVIDENCE_TERMS),
+        "n": n,
+        "one_question_points": 100.0 / n,
+        "evidence_terms": list(EVIDENCE_TERMS),
         "standard_accuracy": sum(q["standard"] for q in rows) / n,
         "baselines": {k: sum(q["baselines"].get(k, False) for q in rows) / n for k in ("random_draft", "drafter_only")},
         "oracle": sum(any(is_correct(d.answer, q["truth"]) for d in q["drafts"]) for q in rows) / n,
         "selection_alone": {o: cascade(rows, picks(rows, o), None, False)["accuracy"] for o in SELECTIONS},
         "best_per_selection": {o: max((t for t in tried if t["selection"] == o), key=rank) for o in SELECTIONS},
-        "candidates": list(CANDIDATES), "chosen": best,
+        "candidates": list(CANDIDATES),
+        "chosen": best,
     }
     if args.tau is not None:
-        summary["chosen_rounded"] = {"tau_min": args.tau, **cascade(rows, picks(rows, best["selection"]), args.tau,
-                                                                    best["consensus"])}
+        summary["chosen_rounded"] = {
+            "tau_min": args.tau,
+            **cascade(rows, picks(rows, best["selection"]), args.tau, best["consensus"]),
+        }
     write_results(args.out, {**run_header(), "predictions": str(args.predictions), **summary, "tried": tried})
     print(json.dumps(summary, indent=1))
 

@@ -46,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         docs = truncate_docs(drafter, _row_docs(row)[:10], 160, [])
         subsets, _ = subsets_fn(row["question"], docs, args.k, args.m, 0)
         prefix, _ = split_chat_prompt(drafter, drafter_prefix(row["question"]), "")
-        suffixes = [split_chat_prompt(drafter, drafter_prefix(row["question"]),
-                                      drafter_evidence([docs[i] for i in s]))[1] for s in subsets]
+        suffixes = [
+            split_chat_prompt(drafter, drafter_prefix(row["question"]), drafter_evidence([docs[i] for i in s]))[1]
+            for s in subsets
+        ]
         cases.append((row["question"], docs, prefix, suffixes))
     timings = {"embed_s": [], "prefill_s": []}
     for repeat in range(2):  # the first pass compiles every shape; the second is measured
@@ -61,11 +63,17 @@ def main(argv: list[str] | None = None) -> int:
                 timings["embed_s"].append(t1 - t0)
                 timings["prefill_s"].append(max(r.prefill_s for r in res) if res else t2 - t1)
     ratio = [e / p for e, p in zip(timings["embed_s"], timings["prefill_s"])]
-    result = {**run_header(), "questions": len(cases), "m": args.m, "k": args.k,
-              "embed_s_median": statistics.median(timings["embed_s"]),
-              "drafter_prefill_s_median": statistics.median(timings["prefill_s"]),
-              "embed_over_prefill_median": statistics.median(ratio), "embed_over_prefill_max": max(ratio),
-              "per_question": timings}
+    result = {
+        **run_header(),
+        "questions": len(cases),
+        "m": args.m,
+        "k": args.k,
+        "embed_s_median": statistics.median(timings["embed_s"]),
+        "drafter_prefill_s_median": statistics.median(timings["prefill_s"]),
+        "embed_over_prefill_median": statistics.median(ratio),
+        "embed_over_prefill_max": max(ratio),
+        "per_question": timings,
+    }
     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in result.items() if k.endswith(("median", "max"))})
     if args.out:
         write_results(args.out, result)

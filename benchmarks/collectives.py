@@ -46,9 +46,22 @@ PAGE_SIZE, NUM_PAGES, MAX_PAGES = 16, 256, 32
 
 
 # Shape-only configs (no checkpoint on disk): Mixtral-8x7B's layer shapes, with 2 of its 32 layers.
-SHAPE_ONLY = {"mixtral-8x7b-2l": dict(arch="mixtral", vocab_size=32000, hidden_size=4096, intermediate_size=14336,
-                                      num_layers=2, num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=1e6,
-                                      tie_embeddings=False, num_experts=8, experts_per_token=2)}
+SHAPE_ONLY = {
+    "mixtral-8x7b-2l": dict(
+        arch="mixtral",
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_layers=2,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        rope_theta=1e6,
+        tie_embeddings=False,
+        num_experts=8,
+        experts_per_token=2,
+    )
+}
 
 
 def model_config(name: str) -> ModelConfig:
@@ -78,25 +91,49 @@ def steps() -> dict[str, tuple[str, object, tuple]]:
     """Name -> (body kind, packed step, extra inputs after rows) with realistic metadata."""
     import numpy as np
 
-    pack = functools.partial(pack_chunks, page_size=PAGE_SIZE, num_slots=NUM_PAGES * PAGE_SIZE,
-                             min_token_bucket=16, min_page_bucket=16, max_page_bucket=MAX_PAGES)
+    pack = functools.partial(
+        pack_chunks,
+        page_size=PAGE_SIZE,
+        num_slots=NUM_PAGES * PAGE_SIZE,
+        min_token_bucket=16,
+        min_page_bucket=16,
+        max_page_bucket=MAX_PAGES,
+    )
     prefill = pack([Chunk(list(range(1, 17)), 0, list(range(10, 266)), rows=[255])])
     parents, positions = [], []
     for b in range(5):
         parents += [-1] + [b * 24 + j for j in range(23)]
         positions += list(range(256, 280))
-    tree = pack([Chunk(list(range(1, 19)), 256, list(range(10, 130)), parents=parents, positions=positions,
-                       write=False, rows=list(range(120)))])
+    tree = pack(
+        [
+            Chunk(
+                list(range(1, 19)),
+                256,
+                list(range(10, 130)),
+                parents=parents,
+                positions=positions,
+                write=False,
+                rows=list(range(120)),
+            )
+        ]
+    )
     decode = pack([Chunk([1 + 20 * s + j for j in range(8)], 100, [7], rows=[0]) for s in range(8)])
 
     def sample_extra(step):
         r = step.rows.shape[0]
-        return (np.zeros(r, np.float32), np.zeros(r, np.int32), np.ones(r, np.float32), np.zeros(r, np.uint32),
-                np.zeros(r, np.int32))
+        return (
+            np.zeros(r, np.float32),
+            np.zeros(r, np.int32),
+            np.ones(r, np.float32),
+            np.zeros(r, np.uint32),
+            np.zeros(r, np.int32),
+        )
 
-    return {"prefill": ("sample", prefill, sample_extra(prefill)),
-            "tree_score": ("score", tree, (np.zeros(tree.rows.shape[0], np.int32),)),
-            "decode": ("sample", decode, sample_extra(decode))}
+    return {
+        "prefill": ("sample", prefill, sample_extra(prefill)),
+        "tree_score": ("score", tree, (np.zeros(tree.rows.shape[0], np.int32),)),
+        "decode": ("sample", decode, sample_extra(decode)),
+    }
 
 
 def measure(cfg: ModelConfig, spec: str, dtype: str) -> dict:
@@ -112,8 +149,9 @@ def measure(cfg: ModelConfig, spec: str, dtype: str) -> dict:
     p_sh = placement.param_shardings(cfg, params)
     pool_sh = placement.pool_shardings(cfg, NUM_PAGES)
     pool_shape = jax.ShapeDtypeStruct((NUM_PAGES, PAGE_SIZE, cfg.num_kv_heads, cfg.head_dim), jnp.dtype(dtype))
-    pool = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(pool_shape.shape, pool_shape.dtype, sharding=s),
-                                  pool_sh)
+    pool = jax.tree_util.tree_map(
+        lambda s: jax.ShapeDtypeStruct(pool_shape.shape, pool_shape.dtype, sharding=s), pool_sh
+    )
     params = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), params, p_sh)
     out = {"mesh": label, "devices": size, "sharding": placement.describe(cfg, params, NUM_PAGES), "steps": {}}
     out["sharding"].pop("params")
@@ -124,13 +162,20 @@ def measure(cfg: ModelConfig, spec: str, dtype: str) -> dict:
             statics["greedy_only"] = True
         in_sh = (p_sh, pool_sh, placement.token_sharding(step.tokens.shape[0]), placement.meta_shardings(step.meta))
         in_sh += (placement.replicated,) * (n_in - 2)
-        fn = jax.jit(functools.partial(body, **statics), in_shardings=in_sh,
-                     out_shardings=(placement.replicated,) * n_out + (pool_sh,), donate_argnums=(1,))
+        fn = jax.jit(
+            functools.partial(body, **statics),
+            in_shardings=in_sh,
+            out_shardings=(placement.replicated,) * n_out + (pool_sh,),
+            donate_argnums=(1,),
+        )
         t0 = time.perf_counter()
         compiled = fn.lower(params, pool, step.tokens, step.meta, step.rows, *extra).compile()
         stats = collective_stats(compiled.as_text())
-        out["steps"][name] = {"tokens": int(step.tokens.shape[0]), "compile_s": round(time.perf_counter() - t0, 2),
-                              "collectives": {k: v for k, v in stats.items() if v["count"] or k == "total"}}
+        out["steps"][name] = {
+            "tokens": int(step.tokens.shape[0]),
+            "compile_s": round(time.perf_counter() - t0, 2),
+            "collectives": {k: v for k, v in stats.items() if v["count"] or k == "total"},
+        }
     return out
 
 
@@ -141,21 +186,35 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--out", default=str(RESULTS_DIR / "collectives.json"))
     args = parser.parse_args(argv)
-    results = {**run_header(), "devices": [str(d) for d in jax.devices()], "dtype": args.dtype,
-               "bytes": "sum of each collective's result size (all-gather: gathered; reduce-scatter: one shard)",
-               "models": {}}
+    results = {
+        **run_header(),
+        "devices": [str(d) for d in jax.devices()],
+        "dtype": args.dtype,
+        "bytes": "sum of each collective's result size (all-gather: gathered; reduce-scatter: one shard)",
+        "models": {},
+    }
     for name in args.models.split(","):
         cfg = model_config(name)
-        results["models"][name] = {"config": {"heads": cfg.num_heads, "kv_heads": cfg.num_kv_heads,
-                                              "hidden": cfg.hidden_size, "mlp": cfg.intermediate_size,
-                                              "vocab": cfg.vocab_size, "layers": cfg.num_layers,
-                                              "experts": cfg.num_experts, "experts_per_token": cfg.experts_per_token},
-                                   "meshes": [measure(cfg, spec, args.dtype) for spec in args.specs.split(";")]}
+        results["models"][name] = {
+            "config": {
+                "heads": cfg.num_heads,
+                "kv_heads": cfg.num_kv_heads,
+                "hidden": cfg.hidden_size,
+                "mlp": cfg.intermediate_size,
+                "vocab": cfg.vocab_size,
+                "layers": cfg.num_layers,
+                "experts": cfg.num_experts,
+                "experts_per_token": cfg.experts_per_token,
+            },
+            "meshes": [measure(cfg, spec, args.dtype) for spec in args.specs.split(";")],
+        }
         for m in results["models"][name]["meshes"]:
             for step, r in m["steps"].items():
                 t = r["collectives"]["total"]
-                print(f"{name:24s} {m['mesh']:16s} {step:11s} {t['count']:4d} collectives "
-                      f"{t['bytes'] / 1e6:9.3f} MB", flush=True)
+                print(
+                    f"{name:24s} {m['mesh']:16s} {step:11s} {t['count']:4d} collectives {t['bytes'] / 1e6:9.3f} MB",
+                    flush=True,
+                )
     print(write_results(args.out, results))
     return 0
 

@@ -15,7 +15,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from specrag_jax.machine_peaks import best_time
 
@@ -160,8 +160,6 @@ def summarize(values: Sequence[float], best: float | None = None) -> dict[str, A
     }
 
 
-
-
 def measure_read_bandwidth(gib: float = 1.0, repeats: int = 5) -> dict[str, Any]:
     """Read bandwidth in GB/s (1e9 B/s): numpy sum and a jitted jnp.sum over a ``gib`` GiB float32 array."""
     import numpy as np
@@ -170,8 +168,12 @@ def measure_read_bandwidth(gib: float = 1.0, repeats: int = 5) -> dict[str, Any]
     a = np.ones(n, np.float32)
     a.sum()  # touch every page once
     t_np = best_time(functools.partial(np.add.reduce, a), repeats)
-    out: dict[str, Any] = {"array_bytes": a.nbytes, "repeats": repeats, "stat": "best",
-                           "numpy_sum_gbps": round(a.nbytes / t_np / 1e9, 2)}
+    out: dict[str, Any] = {
+        "array_bytes": a.nbytes,
+        "repeats": repeats,
+        "stat": "best",
+        "numpy_sum_gbps": round(a.nbytes / t_np / 1e9, 2),
+    }
     try:
         import jax
         import jax.numpy as jnp
@@ -247,8 +249,10 @@ def git_state() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    return {"commit": git("rev-parse", "HEAD").strip() or None,
-            "changed_files": [line[3:] for line in git("status", "--porcelain").splitlines()]}
+    return {
+        "commit": git("rev-parse", "HEAD").strip() or None,
+        "changed_files": [line[3:] for line in git("status", "--porcelain").splitlines()],
+    }
 
 
 def portable(value: Any) -> Any:
@@ -263,14 +267,18 @@ def portable(value: Any) -> Any:
         return value
     import tempfile
 
-    roots = [(str(REPO_ROOT) + "/", ""), (str(REPO_ROOT.parent) + "/", "../"), (str(Path.home()) + "/", "~/"),
-             (str(Path(tempfile.gettempdir())) + "/", "$TMPDIR/")]
+    roots = [
+        (str(REPO_ROOT) + "/", ""),
+        (str(REPO_ROOT.parent) + "/", "../"),
+        (str(Path.home()) + "/", "~/"),
+        (str(Path(tempfile.gettempdir())) + "/", "$TMPDIR/"),
+    ]
     if value == str(REPO_ROOT):
         return "."
     for root, short in roots:
         value = value.replace(" " + root, " " + short).replace("=" + root, "=" + short)
         if value.startswith(root):
-            value = short + value[len(root):]
+            value = short + value[len(root) :]
     return value
 
 

@@ -30,18 +30,30 @@ def _passage(p: str | dict) -> dict:
 
 def selfrag_row(row: dict) -> dict:
     """A Self-RAG eval row: ``id``, ``question``, ``answers``, ``ctxs``."""
-    return {"id": row.get("question_id"), "question": row["question"], "answers": list(row["ground_truth"]),
-            "ctxs": [_passage(p) for p in row.get("context") or []]}
+    return {
+        "id": row.get("question_id"),
+        "question": row["question"],
+        "answers": list(row["ground_truth"]),
+        "ctxs": [_passage(p) for p in row.get("context") or []],
+    }
 
 
 def musique_row(row: dict) -> dict:
     """A MuSiQue row: ``id``, ``question``, ``answer`` (the first gold), ``answer_aliases`` (the rest),
     ``paragraphs`` (every passage, none marked supporting)."""
     gold = list(row["ground_truth"])
-    paragraphs = [{"idx": i, "title": p["title"], "paragraph_text": p["text"], "is_supporting": False}
-                  for i, p in enumerate(map(_passage, row.get("context") or []))]
-    return {"id": row.get("question_id"), "question": row["question"], "answer": gold[0],
-            "answer_aliases": gold[1:], "answerable": True, "paragraphs": paragraphs}
+    paragraphs = [
+        {"idx": i, "title": p["title"], "paragraph_text": p["text"], "is_supporting": False}
+        for i, p in enumerate(map(_passage, row.get("context") or []))
+    ]
+    return {
+        "id": row.get("question_id"),
+        "question": row["question"],
+        "answer": gold[0],
+        "answer_aliases": gold[1:],
+        "answerable": True,
+        "paragraphs": paragraphs,
+    }
 
 
 def _write(objs: Iterable[dict], path: str | Path, array: bool) -> None:
@@ -72,8 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", required=True, choices=sorted(WRITERS))
     p.add_argument("--out", required=True, help="file to write")
     p.add_argument("--limit", type=int, default=None, help="write at most LIMIT rows (after --every)")
-    p.add_argument("--every", type=int, default=1, metavar="N",
-                   help="keep every N-th row (1, 1+N, ...): a slice across a file sorted by source")
+    p.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        metavar="N",
+        help="keep every N-th row (1, 1+N, ...): a slice across a file sorted by source",
+    )
     p.add_argument("--array", action="store_true", help="one JSON array instead of JSON lines")
     args = p.parse_args(argv)
     if args.every < 1 or (args.limit is not None and args.limit < 1):

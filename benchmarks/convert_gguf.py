@@ -127,44 +127,71 @@ def new_child(path: str, out: str) -> None:
                 left -= len(block)
     # Compute alone: the same jobs into memory touched beforehand (a layer slot reused across layers, one buffer
     # shared by the top-level leaves).
-    top = np.ones(max(int(np.prod(shape)) for leaf, (shape, _) in plan.items() if not leaf.startswith("layers/")),
-                  np.float32)
-    dests = {leaf: np.ones((1, *shape[1:]), np.float32) if leaf.startswith("layers/") else
-             top[:int(np.prod(shape))].reshape(shape) for leaf, (shape, _) in plan.items()}
-    work = [(dataclasses.replace(job, slot=(0, *job.slot[1:]) if job.slot else ()), dests[leaf])
-            for leaf, (_, jobs) in plan.items() for job in jobs]
+    top = np.ones(
+        max(int(np.prod(shape)) for leaf, (shape, _) in plan.items() if not leaf.startswith("layers/")), np.float32
+    )
+    dests = {
+        leaf: np.ones((1, *shape[1:]), np.float32)
+        if leaf.startswith("layers/")
+        else top[: int(np.prod(shape))].reshape(shape)
+        for leaf, (shape, _) in plan.items()
+    }
+    work = [
+        (dataclasses.replace(job, slot=(0, *job.slot[1:]) if job.slot else ()), dests[leaf])
+        for leaf, (_, jobs) in plan.items()
+        for job in jobs
+    ]
     c0 = clock()
     with ThreadPoolExecutor(WORKERS) as pool:
         run_jobs(reader, work, pool)
     c1 = clock()
-    json.dump({"total_s": end[0] - start[0], "user_s": end[1] - start[1], "sys_s": end[2] - start[2],
-               "phases_s": {"header_and_plan": header_s, "convert_into_cache_file": inner["convert_s"],
-                            "read_back_and_rest": end[0] - start[0] - inner["convert_s"],
-                            "compute_only_no_file": c1[0] - c0[0],
-                            "compute_only_cpu": (c1[1] - c0[1]) + (c1[2] - c0[2]),
-                            "fsync_not_done_by_code": fsync_s, "warm_load": warm_s},
-               "sha256": digest.hexdigest(), "workers": WORKERS,
-               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, open(out, "w"))
+    json.dump(
+        {
+            "total_s": end[0] - start[0],
+            "user_s": end[1] - start[1],
+            "sys_s": end[2] - start[2],
+            "phases_s": {
+                "header_and_plan": header_s,
+                "convert_into_cache_file": inner["convert_s"],
+                "read_back_and_rest": end[0] - start[0] - inner["convert_s"],
+                "compute_only_no_file": c1[0] - c0[0],
+                "compute_only_cpu": (c1[1] - c0[1]) + (c1[2] - c0[2]),
+                "fsync_not_done_by_code": fsync_s,
+                "warm_load": warm_s,
+            },
+            "sha256": digest.hexdigest(),
+            "workers": WORKERS,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        },
+        open(out, "w"),
+    )
 
 
 def export_base(base: str, into: Path) -> None:
     """The package as it was at ``base`` (``git archive``), for the old loader."""
-    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", base, "specrag_jax"], check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "archive", base, "specrag_jax"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
 
 
 def run_child(impl: str, gguf: Path, base_tree: Path | None) -> dict[str, Any]:
     """One measurement in a fresh subprocess with an empty cache directory (removed afterwards)."""
-    with tempfile.TemporaryDirectory(prefix="cold.", dir="/tmp") as cache, tempfile.NamedTemporaryFile(
-            suffix=".json") as out:
+    with (
+        tempfile.TemporaryDirectory(prefix="cold.", dir="/tmp") as cache,
+        tempfile.NamedTemporaryFile(suffix=".json") as out,
+    ):
         env = dict(os.environ, SPECRAG_CACHE_DIR=cache, PYTHONPATH=str(base_tree if impl == "old" else REPO_ROOT))
-        cmd = ([sys.executable, "-c", OLD_CHILD, str(gguf), out.name] if impl == "old" else
-               [sys.executable, str(Path(__file__).resolve()), "--child", str(gguf), out.name])
+        cmd = (
+            [sys.executable, "-c", OLD_CHILD, str(gguf), out.name]
+            if impl == "old"
+            else [sys.executable, str(Path(__file__).resolve()), "--child", str(gguf), out.name]
+        )
         before = loadavg()
         t = time.perf_counter()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                              cwd=base_tree if impl == "old" else REPO_ROOT)  # python -c puts the cwd first
+        proc = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, cwd=base_tree if impl == "old" else REPO_ROOT
+        )  # python -c puts the cwd first
         if proc.returncode:
             raise SystemExit(f"{impl} child failed: {proc.stderr.strip().splitlines()[-1:]}")
         result = json.loads(Path(out.name).read_text())
@@ -206,8 +233,7 @@ def main() -> None:
             row: dict[str, Any] = {"gguf": str(gguf), "gguf_bytes": gguf.stat().st_size}
             for impl in args.impls.split(","):
                 row[impl] = run_child(impl, gguf, Path(base_tree))
-                print(model, impl, json.dumps({k: row[impl][k] for k in ("total_s", "user_s", "sys_s")}),
-                      flush=True)
+                print(model, impl, json.dumps({k: row[impl][k] for k in ("total_s", "user_s", "sys_s")}), flush=True)
             if "old" in row and "new" in row:
                 row["identical"] = row["old"]["sha256"] == row["new"]["sha256"]
                 row["speedup"] = row["old"]["total_s"] / row["new"]["total_s"]

@@ -27,8 +27,13 @@ def ceiling(eval_dir: Path, rows: dict[str, dict]) -> dict:
     """Counts over the speculative method's questions in ``eval_dir/predictions.jsonl``."""
     preds = [json.loads(line) for line in (eval_dir / "predictions.jsonl").read_text().splitlines() if line]
     preds = [p for p in preds if p["method"] == "speculative"]
-    out = {"questions": len(preds), "answer_in_any_passage": 0, "answer_in_some_subset": 0, "oracle": 0,
-           "oracle_where_in_subset": 0}
+    out = {
+        "questions": len(preds),
+        "answer_in_any_passage": 0,
+        "answer_in_some_subset": 0,
+        "oracle": 0,
+        "oracle_where_in_subset": 0,
+    }
     for p in preds:
         row = rows[p["question_id"]]
         docs = {str(d.get("id")): d for d in docs_from_context(row["context"])}

@@ -22,8 +22,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import (  # noqa: E402
-    PROMPTS, RESULTS_DIR, OtherLoad, children_cpu_s, cpu_busy_s, current_rss_mb, loadavg, measure_read_bandwidth,
-    RssPhases, run_header, summarize, wait_for_idle, write_results,
+    PROMPTS,
+    RESULTS_DIR,
+    OtherLoad,
+    RssPhases,
+    children_cpu_s,
+    cpu_busy_s,
+    current_rss_mb,
+    loadavg,
+    measure_read_bandwidth,
+    run_header,
+    summarize,
+    wait_for_idle,
+    write_results,
 )
 
 
@@ -47,8 +58,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
     from specrag_jax.models.text_model import TextModel
 
     t0 = time.perf_counter()
-    model = TextModel.load(args.model, dtype="float32", max_seq_len=args.max_seq_len,
-                           max_batch=max(args.batch_sizes))
+    model = TextModel.load(args.model, dtype="float32", max_seq_len=args.max_seq_len, max_batch=max(args.batch_sizes))
     load_s = time.perf_counter() - t0
     model.generator.eos_ids = frozenset()  # exactly N tokens per sequence
     rss = RssPhases()
@@ -60,8 +70,14 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
     # table *is* the head, otherwise the embedding contributes one row per token.
     weight_bytes = total if cfg.tie_embeddings else total - embed.nbytes + embed.shape[1] * embed.dtype.itemsize
     ids_all = [model.encode_prompt(p) for p in PROMPTS]
-    out: dict[str, Any] = {"load_s": round(load_s, 2), "param_bytes": total, "weight_bytes_per_token": weight_bytes,
-                           "tie_embeddings": cfg.tie_embeddings, "prompt_ids": ids_all, "batches": {}}
+    out: dict[str, Any] = {
+        "load_s": round(load_s, 2),
+        "param_bytes": total,
+        "weight_bytes_per_token": weight_bytes,
+        "tie_embeddings": cfg.tie_embeddings,
+        "prompt_ids": ids_all,
+        "batches": {},
+    }
     sp = SamplingParams()
     for b in args.batch_sizes:
         ids, n_prompt, steps = ids_all[:b], sum(map(len, ids_all[:b])), b * (args.new_tokens - 1)
@@ -80,10 +96,15 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
             other.append(load.cores)
             tokens = [r.token_ids for r in res]
         out["batches"][str(b)] = {
-            "prompt_tokens": [len(i) for i in ids], "warmup_s": round(warm_s, 2), "other_cores": other,
-            "peak_rss_warmup_mb": warm_peak, "peak_rss_timed_mb": rss.phase(),
+            "prompt_tokens": [len(i) for i in ids],
+            "warmup_s": round(warm_s, 2),
+            "other_cores": other,
+            "peak_rss_warmup_mb": warm_peak,
+            "peak_rss_timed_mb": rss.phase(),
             "prefill_tokens_per_s": summarize([n_prompt / t for t in pre_s]),
-            "decode_tokens_per_s": summarize([steps / t for t in dec_s]), "token_ids": tokens}
+            "decode_tokens_per_s": summarize([steps / t for t in dec_s]),
+            "token_ids": tokens,
+        }
         _log(f"ours {args.model} b={b}: decode {out['batches'][str(b)]['decode_tokens_per_s']} other {other}")
     rss.phase()
     out.update(peak_rss_mb=rss.overall, final_rss_mb=current_rss_mb(), **mem)
@@ -118,8 +139,15 @@ def worker_hf(args: argparse.Namespace) -> dict[str, Any]:
         def gen(n: int) -> tuple[float, torch.Tensor]:
             t = time.perf_counter()
             with torch.inference_mode():
-                o = model.generate(input_ids=input_ids, attention_mask=mask, do_sample=False, max_new_tokens=n,
-                                   min_new_tokens=n, pad_token_id=pad, eos_token_id=None)
+                o = model.generate(
+                    input_ids=input_ids,
+                    attention_mask=mask,
+                    do_sample=False,
+                    max_new_tokens=n,
+                    min_new_tokens=n,
+                    pad_token_id=pad,
+                    eos_token_id=None,
+                )
             return time.perf_counter() - t, o[:, width:]
 
         gen(4)  # warm-up
@@ -138,21 +166,31 @@ def worker_hf(args: argparse.Namespace) -> dict[str, Any]:
             other.append(load.cores)
             tokens = o.tolist()
         out["batches"][str(b)] = {
-            "prompt_tokens": [len(i) for i in ids], "padded_width": width, "other_cores": other,
-            "peak_rss_warmup_mb": warm_peak, "peak_rss_timed_mb": rss.phase(),
-            "t1_s": [round(t, 3) for t in t1s], "tN_s": [round(t, 3) for t in tns],
+            "prompt_tokens": [len(i) for i in ids],
+            "padded_width": width,
+            "other_cores": other,
+            "peak_rss_warmup_mb": warm_peak,
+            "peak_rss_timed_mb": rss.phase(),
+            "t1_s": [round(t, 3) for t in t1s],
+            "tN_s": [round(t, 3) for t in tns],
             "prefill_tokens_per_s": summarize([n_prompt / t for t in t1s]),
-            "decode_tokens_per_s": summarize([steps / (n - t) if n > t else math.nan for t, n in zip(t1s, tns)],
-                                             best=steps / (min(tns) - min(t1s)) if min(tns) > min(t1s) else None),
-            "token_ids": tokens}
+            "decode_tokens_per_s": summarize(
+                [steps / (n - t) if n > t else math.nan for t, n in zip(t1s, tns)],
+                best=steps / (min(tns) - min(t1s)) if min(tns) > min(t1s) else None,
+            ),
+            "token_ids": tokens,
+        }
         _log(f"transformers {args.model} b={b}: decode {out['batches'][str(b)]['decode_tokens_per_s']}")
     rss.phase()
     out.update(peak_rss_mb=rss.overall, final_rss_mb=current_rss_mb(), **mem)
     return out
 
 
-WORKERS = {"ours": worker_ours, "transformers": worker_hf,
-           "bandwidth": lambda args: measure_read_bandwidth(gib=1.0, repeats=5)}
+WORKERS = {
+    "ours": worker_ours,
+    "transformers": worker_hf,
+    "bandwidth": lambda args: measure_read_bandwidth(gib=1.0, repeats=5),
+}
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -160,14 +198,29 @@ def spawn(kind: str, args: argparse.Namespace, **extra: str) -> dict[str, Any]:
     """Run one worker in a fresh interpreter and return its JSON result."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
-        cmd = [sys.executable, __file__, "--worker", kind, "--worker-out", str(out),
-               "--batch-sizes", ",".join(map(str, args.batch_sizes)), "--new-tokens", str(args.new_tokens),
-               "--repeats", str(args.repeats), "--max-seq-len", str(args.max_seq_len),
-               "--max-wait", str(args.max_wait), "--max-busy-cores", str(args.max_busy_cores)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            kind,
+            "--worker-out",
+            str(out),
+            "--batch-sizes",
+            ",".join(map(str, args.batch_sizes)),
+            "--new-tokens",
+            str(args.new_tokens),
+            "--repeats",
+            str(args.repeats),
+            "--max-seq-len",
+            str(args.max_seq_len),
+            "--max-wait",
+            str(args.max_wait),
+            "--max-busy-cores",
+            str(args.max_busy_cores),
+        ]
         for k, v in extra.items():
             cmd += [f"--{k.replace('_', '-')}", v]
-        env = dict(os.environ, TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false",
-                   TQDM_DISABLE="1")
+        env = dict(os.environ, TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false", TQDM_DISABLE="1")
         idle = wait_for_idle(args.max_busy_cores, args.max_wait) if args.max_wait > 0 else {}
         t0, b0, c0 = time.perf_counter(), cpu_busy_s(), children_cpu_s()
         subprocess.run(cmd, check=True, env=env, timeout=args.worker_timeout)
@@ -175,8 +228,7 @@ def spawn(kind: str, args: argparse.Namespace, **extra: str) -> dict[str, Any]:
         result = json.loads(out.read_text())
         # CPU used by other processes while this worker ran (machine busy time minus the worker's own).
         foreign = (cpu_busy_s() - b0 - (children_cpu_s() - c0)) / wall
-        result["process"] = {"wall_s": round(wall, 1), "other_processes_avg_cores": round(max(foreign, 0.0), 2),
-                             **idle}
+        result["process"] = {"wall_s": round(wall, 1), "other_processes_avg_cores": round(max(foreign, 0.0), 2), **idle}
         return result
 
 
@@ -217,23 +269,29 @@ def compare(ours: dict, hf: dict, bw_gbps: float, batch_sizes: list[int], stat: 
 def table(results: dict[str, Any]) -> str:
     """A short human-readable summary."""
     stat = results["settings"]["stat"]
-    rows = [f"{'model':24} {'engine':13} {'batch':>5} {'prompt':>7} {'prefill/s':>10} {'decode/s':>9} "
-            f"{'peakRSS MB':>10} {'timed peak':>10} {'other cores':>11}"]
+    rows = [
+        f"{'model':24} {'engine':13} {'batch':>5} {'prompt':>7} {'prefill/s':>10} {'decode/s':>9} "
+        f"{'peakRSS MB':>10} {'timed peak':>10} {'other cores':>11}"
+    ]
     for model, m in results["models"].items():
         for engine in ("ours", "transformers"):
             e = m[engine]
             for b, r in e["batches"].items():
                 pre, dec = r["prefill_tokens_per_s"][stat] or 0, r["decode_tokens_per_s"][stat] or 0
-                rows.append(f"{model:24} {engine:13} {b:>5} {sum(r['prompt_tokens']):>7} {pre:>10.1f} {dec:>9.2f} "
-                            f"{e['peak_rss_mb']:>10.0f} {r['peak_rss_timed_mb']:>10.0f} "
-                            f"{max(r['other_cores']):>11.2f}")
+                rows.append(
+                    f"{model:24} {engine:13} {b:>5} {sum(r['prompt_tokens']):>7} {pre:>10.1f} {dec:>9.2f} "
+                    f"{e['peak_rss_mb']:>10.0f} {r['peak_rss_timed_mb']:>10.0f} "
+                    f"{max(r['other_cores']):>11.2f}"
+                )
         c = m["comparison"]
         rows.append("  " + ", ".join(f"{k}={v}" for k, v in c.items() if k != "targets_met"))
         rows.append("  targets_met: " + ", ".join(f"{k}={v}" for k, v in c["targets_met"].items()))
     bw = results["bandwidth"]
-    rows.append(f"read bandwidth GB/s: numpy {bw.get('numpy_sum_gbps')}, jax {bw.get('jax_sum_gbps')} "
-                f"(bound uses max {bw['max_gbps']}); rates are {stat} of {results['settings']['repeats']} runs; "
-                "other cores = most CPU cores other processes used during one timed repeat")
+    rows.append(
+        f"read bandwidth GB/s: numpy {bw.get('numpy_sum_gbps')}, jax {bw.get('jax_sum_gbps')} "
+        f"(bound uses max {bw['max_gbps']}); rates are {stat} of {results['settings']['repeats']} runs; "
+        "other cores = most CPU cores other processes used during one timed repeat"
+    )
     return "\n".join(rows)
 
 
@@ -243,13 +301,21 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-sizes", default="1,5")
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--stat", choices=("best", "median"), default="best",
-                   help="headline statistic over repeats (best resists load from other processes)")
+    p.add_argument(
+        "--stat",
+        choices=("best", "median"),
+        default="best",
+        help="headline statistic over repeats (best resists load from other processes)",
+    )
     p.add_argument("--max-seq-len", type=int, default=512, help="context (KV pool size) for specrag-jax")
     p.add_argument("--out", default=str(RESULTS_DIR / "generate.json"))
     p.add_argument("--worker-timeout", type=int, default=900)
-    p.add_argument("--max-wait", type=float, default=120.0,
-                   help="seconds to wait, before each engine, for other processes to go quiet (0 = no wait)")
+    p.add_argument(
+        "--max-wait",
+        type=float,
+        default=120.0,
+        help="seconds to wait, before each engine, for other processes to go quiet (0 = no wait)",
+    )
     p.add_argument("--max-busy-cores", type=float, default=0.3, help="'quiet' means fewer busy cores than this")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
@@ -275,14 +341,23 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = run_header()
     results["loadavg_start"] = loadavg()
     results["settings"] = {
-        "batch_sizes": args.batch_sizes, "new_tokens": args.new_tokens, "repeats": args.repeats,
-        "stat": args.stat, "stat_note": "headline rates/ratios use this; median, best and all runs are listed "
-        "(transformers 'best' decode = (min tN - min t1))", "greedy": True, "eos": "disabled",
-        "dtype": "float32 (GGUF weights dequantized)", "ours_max_seq_len": args.max_seq_len,
+        "batch_sizes": args.batch_sizes,
+        "new_tokens": args.new_tokens,
+        "repeats": args.repeats,
+        "stat": args.stat,
+        "stat_note": "headline rates/ratios use this; median, best and all runs are listed "
+        "(transformers 'best' decode = (min tN - min t1))",
+        "greedy": True,
+        "eos": "disabled",
+        "dtype": "float32 (GGUF weights dequantized)",
+        "ours_max_seq_len": args.max_seq_len,
         "prompts": PROMPTS[: max(args.batch_sizes)],
-        "method": {"ours": worker_ours.__doc__, "transformers": worker_hf.__doc__, "bandwidth_bound":
-                   "max measured read bandwidth / weight bytes read per decode step "
-                   "(all layers + output head)"},
+        "method": {
+            "ours": worker_ours.__doc__,
+            "transformers": worker_hf.__doc__,
+            "bandwidth_bound": "max measured read bandwidth / weight bytes read per decode step "
+            "(all layers + output head)",
+        },
     }
     _log("measuring read bandwidth")
     results["bandwidth"] = spawn("bandwidth", args)
@@ -301,12 +376,15 @@ def main(argv: list[str] | None = None) -> int:
         results["models"][name] = {"ours": ours, "transformers": hf, "comparison": comp}
     results["loadavg_end"] = loadavg()
     results["total_wall_s"] = round(time.perf_counter() - t_start, 1)
-    results["targets_met"] = {f"{m}: {k}": v for m, r in results["models"].items()
-                              for k, v in r["comparison"]["targets_met"].items()}
+    results["targets_met"] = {
+        f"{m}: {k}": v for m, r in results["models"].items() for k, v in r["comparison"]["targets_met"].items()
+    }
     path = write_results(args.out, results)
     print(table(results))
-    print(f"wrote {path} in {results['total_wall_s']} s; loadavg start {results['loadavg_start']} "
-          f"end {results['loadavg_end']}")
+    print(
+        f"wrote {path} in {results['total_wall_s']} s; loadavg start {results['loadavg_start']} "
+        f"end {results['loadavg_end']}"
+    )
     return 0
 
 

@@ -49,8 +49,11 @@ def tree_chunk(prefix: list[int], branches: list[list[int]]) -> tuple[Chunk, lis
         start = len(tokens)
         for i, tok in enumerate(br):
             parent = len(prefix) - 1 if i == 0 else start + i - 1
-            tokens.append(tok); parents.append(parent); positions.append(len(prefix) + i)
-            rows.append(parent); targets.append(tok)
+            tokens.append(tok)
+            parents.append(parent)
+            positions.append(len(prefix) + i)
+            rows.append(parent)
+            targets.append(tok)
     return Chunk([], 0, tokens, parents=parents, positions=positions, write=False, rows=rows), targets
 
 
@@ -58,7 +61,9 @@ def timed(fn, repeats: int) -> float:
     fn()  # compile + warm
     best = float("inf")
     for _ in range(repeats):
-        t = time.perf_counter(); fn(); best = min(best, time.perf_counter() - t)
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
     return best
 
 
@@ -86,12 +91,14 @@ def verification(r: ModelRunner, repeats: int, rng: np.random.Generator) -> dict
     def cached():
         pages = r.allocator.allocate(-(-PREFIX // r.page_size))
         try:
-            first = r.score(r.pack([Chunk(pages, 0, prefix, rows=[PREFIX - 1])], token_bucket=fit(PREFIX)),
-                            [branches[0][0]])
+            first = r.score(
+                r.pack([Chunk(pages, 0, prefix, rows=[PREFIX - 1])], token_bucket=fit(PREFIX)), [branches[0][0]]
+            )
             out = [first]
             for br in branches:
-                step = r.pack([Chunk(pages, PREFIX, br, write=False, rows=list(range(BRANCH - 1)))],
-                              token_bucket=fit(BRANCH))
+                step = r.pack(
+                    [Chunk(pages, PREFIX, br, write=False, rows=list(range(BRANCH - 1)))], token_bucket=fit(BRANCH)
+                )
                 out.append(r.score(step, br[1:]))
             return out
         finally:
@@ -101,16 +108,19 @@ def verification(r: ModelRunner, repeats: int, rng: np.random.Generator) -> dict
         """What the pipeline does: the prefix into pages once, then all branches as one tree chunk."""
         pages = r.allocator.allocate(-(-PREFIX // r.page_size))
         try:
-            first = r.score(r.pack([Chunk(pages, 0, prefix, rows=[PREFIX - 1])], token_bucket=fit(PREFIX)),
-                            [branches[0][0]])
+            first = r.score(
+                r.pack([Chunk(pages, 0, prefix, rows=[PREFIX - 1])], token_bucket=fit(PREFIX)), [branches[0][0]]
+            )
             toks, parents, positions, rows, tgts = [], [], [], [], []
             for br in branches:
                 start = len(toks)
                 for i, tok in enumerate(br):
-                    toks.append(tok); parents.append(-1 if i == 0 else start + i - 1)
+                    toks.append(tok)
+                    parents.append(-1 if i == 0 else start + i - 1)
                     positions.append(PREFIX + i)
                     if i:
-                        rows.append(start + i - 1); tgts.append(tok)
+                        rows.append(start + i - 1)
+                        tgts.append(tok)
             chunk = Chunk(pages, PREFIX, toks, parents=parents, positions=positions, write=False, rows=rows)
             return [first, r.score(r.pack([chunk], token_bucket=fit(len(toks))), tgts)]
         finally:
@@ -130,8 +140,9 @@ def verification(r: ModelRunner, repeats: int, rng: np.random.Generator) -> dict
     res["speedup_vs_separate"] = res["separate_passes_s"] / res["packed_tree_s"]
     res["speedup_vs_cached_prefix"] = res["cached_prefix_passes_s"] / res["packed_tree_s"]
     res["prefix_then_tree_speedup_vs_separate"] = res["separate_passes_s"] / res["prefix_then_one_tree_pass_s"]
-    res["prefix_then_tree_speedup_vs_cached_prefix"] = (res["cached_prefix_passes_s"]
-                                                        / res["prefix_then_one_tree_pass_s"])
+    res["prefix_then_tree_speedup_vs_cached_prefix"] = (
+        res["cached_prefix_passes_s"] / res["prefix_then_one_tree_pass_s"]
+    )
     res["forward_only_speedup_vs_separate"] = res["forward_only_separate_s"] / res["forward_only_packed_s"]
     return res
 
@@ -176,13 +187,15 @@ def main() -> None:
         entry["decode"] = decode_paged_vs_contiguous(model, args.repeats)
         results["models"][name] = entry
         v = entry["verification"]
-        print(f"{name}: packed {v['packed_tree_s']:.2f}s, separate {v['separate_passes_s']:.2f}s "
-              f"({v['speedup_vs_separate']:.2f}x), cached-prefix {v['cached_prefix_passes_s']:.2f}s "
-              f"({v['speedup_vs_cached_prefix']:.2f}x); "
-              f"prefix pages + one tree pass {v['prefix_then_one_tree_pass_s']:.2f}s "
-              f"({v['prefix_then_tree_speedup_vs_separate']:.2f}x vs separate); "
-              f"forward only {v['forward_only_speedup_vs_separate']:.2f}x; "
-              f"decode paged/contiguous {entry['decode']['paged_over_contiguous']:.2f}")
+        print(
+            f"{name}: packed {v['packed_tree_s']:.2f}s, separate {v['separate_passes_s']:.2f}s "
+            f"({v['speedup_vs_separate']:.2f}x), cached-prefix {v['cached_prefix_passes_s']:.2f}s "
+            f"({v['speedup_vs_cached_prefix']:.2f}x); "
+            f"prefix pages + one tree pass {v['prefix_then_one_tree_pass_s']:.2f}s "
+            f"({v['prefix_then_tree_speedup_vs_separate']:.2f}x vs separate); "
+            f"forward only {v['forward_only_speedup_vs_separate']:.2f}x; "
+            f"decode paged/contiguous {entry['decode']['paged_over_contiguous']:.2f}"
+        )
     results["loadavg_end"] = loadavg()
     results["target"] = "packed tree >= 3x vs separate passes (reference path, CPU)"
     print("wrote", write_results(args.out, results))

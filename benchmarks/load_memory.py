@@ -41,8 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.common import (RESULTS_DIR, current_rss_mb, loadavg, peak_rss_since_reset_mb,  # noqa: E402
-                               reset_peak_rss, run_header, write_results)
+from benchmarks.common import (  # noqa: E402
+    RESULTS_DIR,
+    current_rss_mb,
+    loadavg,
+    peak_rss_since_reset_mb,
+    reset_peak_rss,
+    run_header,
+    write_results,
+)
 from benchmarks.synthetic_hf import llama_config, write_checkpoint  # noqa: E402
 from specrag_jax.models.loading.hf_loader import load_hf  # noqa: E402
 from specrag_jax.models.loading.load import last_load_info, load_model_params, to_jax_leaf  # noqa: E402
@@ -58,16 +65,25 @@ MB = 1024 * 1024
 def big_config(layers: int, hidden: int, inter: int, vocab: int) -> dict[str, Any]:
     """Llama config.json: ``layers`` layers, 128-wide heads (a quarter of them K/V), untied head."""
     heads = hidden // 128
-    return llama_config(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                        num_attention_heads=heads, num_key_value_heads=max(1, heads // 4), head_dim=128)
+    return llama_config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 4),
+        head_dim=128,
+    )
 
 
 def legacy_cache_load(path: Path) -> dict[str, Any]:
     """``param_file.load_tree`` before streaming: one memory map of the whole file, each tensor put from it."""
     header = read_header(path)
     data = np.memmap(path, dtype=np.uint8, mode="r")
-    out = {name: jax.device_put(data[i.offset:i.offset + i.nbytes].view(i.dtype).reshape(i.shape))
-           for name, i in header.items()}
+    out = {
+        name: jax.device_put(data[i.offset : i.offset + i.nbytes].view(i.dtype).reshape(i.shape))
+        for name, i in header.items()
+    }
     return unflatten(jax.block_until_ready(out))
 
 
@@ -103,10 +119,17 @@ def child(mode: str, path: Path, entry: str | None) -> dict[str, Any]:
     after = current_rss_mb()
     leaves = jax.tree.leaves(params)
     head = np.asarray(params["embed"]["embedding"].addressable_shards[0].data[:2]).astype(np.float32)
-    return {"mode": mode, "rss_before_mb": before, "peak_rss_mb": round(peak, 1),
-            "peak_minus_before_mb": round(peak - before, 1), "rss_after_mb": after,
-            "seconds": round(seconds, 3), "param_bytes": int(sum(a.nbytes for a in leaves)),
-            "devices": len({d for a in leaves for d in a.devices()}), "embed_head_sum": float(head.sum())}
+    return {
+        "mode": mode,
+        "rss_before_mb": before,
+        "peak_rss_mb": round(peak, 1),
+        "peak_minus_before_mb": round(peak - before, 1),
+        "rss_after_mb": after,
+        "seconds": round(seconds, 3),
+        "param_bytes": int(sum(a.nbytes for a in leaves)),
+        "devices": len({d for a in leaves for d in a.devices()}),
+        "embed_head_sum": float(head.sum()),
+    }
 
 
 def measure(mode: str, path: Path, cache_dir: Path, entry: Path | None = None, timeout: float = 1800) -> dict:
@@ -160,17 +183,27 @@ def main() -> None:
             row["within_bound"] = row["peak_minus_before_mb"] < bound_mb
             print(json.dumps(row), flush=True)
             rows.append(row)
-    payload = {**header, "loadavg_start": loadavg(), "config": raw, "write_seconds": round(write_s, 1),
-               "checkpoint_bytes": sizes["bytes"], "checkpoint_mb": round(sizes["bytes"] / MB, 1),
-               "largest_tensor_mb": round(sizes["largest_tensor_bytes"] / MB, 1), "shards": sizes["shards"],
-               "tensors": sizes["tensors"], "bound_mb": round(bound_mb, 1),
-               "bound": "peak_minus_before_mb < checkpoint bytes + 2 x largest tensor",
-               "note": "float32 checkpoint loaded as float32 on CPU, where device arrays are host memory: the "
-                       "loaded model alone is about the checkpoint size. Each mode runs in a fresh subprocess "
-                       "(warm page cache); peak is VmHWM after a reset just before the load.",
-               "chunk_bytes": CHUNK_BYTES, "rows": rows,
-               "summary_peak_minus_before_mb": {r["mode"]: r["peak_minus_before_mb"] for r in rows},
-               "summary_seconds": {r["mode"]: r["seconds"] for r in rows}, "loadavg_end": loadavg()}
+    payload = {
+        **header,
+        "loadavg_start": loadavg(),
+        "config": raw,
+        "write_seconds": round(write_s, 1),
+        "checkpoint_bytes": sizes["bytes"],
+        "checkpoint_mb": round(sizes["bytes"] / MB, 1),
+        "largest_tensor_mb": round(sizes["largest_tensor_bytes"] / MB, 1),
+        "shards": sizes["shards"],
+        "tensors": sizes["tensors"],
+        "bound_mb": round(bound_mb, 1),
+        "bound": "peak_minus_before_mb < checkpoint bytes + 2 x largest tensor",
+        "note": "float32 checkpoint loaded as float32 on CPU, where device arrays are host memory: the "
+        "loaded model alone is about the checkpoint size. Each mode runs in a fresh subprocess "
+        "(warm page cache); peak is VmHWM after a reset just before the load.",
+        "chunk_bytes": CHUNK_BYTES,
+        "rows": rows,
+        "summary_peak_minus_before_mb": {r["mode"]: r["peak_minus_before_mb"] for r in rows},
+        "summary_seconds": {r["mode"]: r["seconds"] for r in rows},
+        "loadavg_end": loadavg(),
+    }
     print(write_results(args.out, payload))
 
 

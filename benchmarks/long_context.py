@@ -52,12 +52,20 @@ def plot(sizes: list[dict], path: Path) -> None:
 
     x = [s["standard_prompt_tokens"] for s in sizes]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name, key in (("standard RAG", "standard"), ("speculative (cascade)", "speculative"),
-                      ("plain speculative", "plain_speculative")):
+    for name, key in (
+        ("standard RAG", "standard"),
+        ("speculative (cascade)", "speculative"),
+        ("plain speculative", "plain_speculative"),
+    ):
         ax.plot(x, [s[key]["latency_s"] for s in sizes], marker="o", label=name)
     for s in sizes:
-        ax.annotate(f"{s['n_docs']} passages", (s["standard_prompt_tokens"], s["standard"]["latency_s"]),
-                    textcoords="offset points", xytext=(4, -10), fontsize=8)
+        ax.annotate(
+            f"{s['n_docs']} passages",
+            (s["standard_prompt_tokens"], s["standard"]["latency_s"]),
+            textcoords="offset points",
+            xytext=(4, -10),
+            fontsize=8,
+        )
     ax.set_xlabel("standard RAG prompt tokens")
     ax.set_ylabel("mean latency per question (s)")
     ax.grid(alpha=0.3)
@@ -74,8 +82,12 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=4)
     ap.add_argument("--sizes", default="5,10,20,40")
     ap.add_argument("--max-seq-len", type=int, default=8192)
-    ap.add_argument("--warmup", type=int, default=1,
-                    help="questions answered (and discarded) before each size: their compilation stays out")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="questions answered (and discarded) before each size: their compilation stays out",
+    )
     ap.add_argument("--out", default="benchmarks/results/long_context.json")
     args = ap.parse_args()
     enable_xla_cache()
@@ -91,35 +103,58 @@ def main() -> None:
         res = evaluate(rag, rows, ["standard", "speculative"], progress=False, corpus=corpus)
         std, spec = res["methods"]["standard"], res["methods"]["speculative"]
         plain = plain_speculative(res["predictions"], rows)
-        entry = {"n_docs": n, "standard_prompt_tokens": std["tokens"]["verifier_prefill_tokens"] / len(rows),
-                 "standard": {"accuracy": std["accuracy"], "latency_s": std["latency_s"]["mean"],
-                              "stages_s": std["stages_s"]},
-                 "speculative": {"accuracy": spec["accuracy"], "latency_s": spec["latency_s"]["mean"],
-                                 "stages_s": spec["stages_s"], "cascade": spec["cascade"],
-                                 "tokens_per_question": spec["tokens"]["per_question"]},
-                 "plain_speculative": plain, "selection": res["selection"],
-                 "recall_own_passages": std.get("recall_own_passages"),
-                 "roofline": {m: res["methods"][m]["roofline"] for m in ("standard", "speculative")},
-                 "roofline_peaks": res["roofline_peaks"]}
+        entry = {
+            "n_docs": n,
+            "standard_prompt_tokens": std["tokens"]["verifier_prefill_tokens"] / len(rows),
+            "standard": {
+                "accuracy": std["accuracy"],
+                "latency_s": std["latency_s"]["mean"],
+                "stages_s": std["stages_s"],
+            },
+            "speculative": {
+                "accuracy": spec["accuracy"],
+                "latency_s": spec["latency_s"]["mean"],
+                "stages_s": spec["stages_s"],
+                "cascade": spec["cascade"],
+                "tokens_per_question": spec["tokens"]["per_question"],
+            },
+            "plain_speculative": plain,
+            "selection": res["selection"],
+            "recall_own_passages": std.get("recall_own_passages"),
+            "roofline": {m: res["methods"][m]["roofline"] for m in ("standard", "speculative")},
+            "roofline_peaks": res["roofline_peaks"],
+        }
         entry["ratio_cascade_vs_standard"] = entry["speculative"]["latency_s"] / entry["standard"]["latency_s"]
         entry["ratio_plain_vs_standard"] = plain["latency_s"] / entry["standard"]["latency_s"]
         sizes.append(entry)
         write(args, rows, rag, corpus, sizes)  # after every size: a cut-short run keeps what it measured
-        print(f"{n:3d} passages, {entry['standard_prompt_tokens']:.0f} tokens: standard {std['accuracy']:.2f} "
-              f"{entry['standard']['latency_s']:.1f}s | cascade {spec['accuracy']:.2f} "
-              f"{entry['speculative']['latency_s']:.1f}s ({entry['ratio_cascade_vs_standard']:.2f}x) | plain "
-              f"{plain['accuracy']:.2f} {plain['latency_s']:.1f}s ({entry['ratio_plain_vs_standard']:.2f}x)",
-              flush=True)
+        print(
+            f"{n:3d} passages, {entry['standard_prompt_tokens']:.0f} tokens: standard {std['accuracy']:.2f} "
+            f"{entry['standard']['latency_s']:.1f}s | cascade {spec['accuracy']:.2f} "
+            f"{entry['speculative']['latency_s']:.1f}s ({entry['ratio_cascade_vs_standard']:.2f}x) | plain "
+            f"{plain['accuracy']:.2f} {plain['latency_s']:.1f}s ({entry['ratio_plain_vs_standard']:.2f}x)",
+            flush=True,
+        )
 
 
 def write(args: argparse.Namespace, rows: list[dict], rag, corpus: list[dict], sizes: list[dict]) -> None:
     """The results so far (JSON) and the plot."""
     crossover = next((s["n_docs"] for s in sizes if s["ratio_cascade_vs_standard"] < 1.0), None)
-    out = write_results(args.out, {**run_header(), "questions": [r.get("question_id") for r in rows],
-                                   "one_question_points": 100.0 / len(rows), "max_seq_len": args.max_seq_len,
-                                   "selection": rag.config.selection, "tau_min": rag.config.tau_min,
-                                   "drafter_adapter": rag.drafter_adapter, "corpus_passages": len(corpus),
-                                   "sizes": sizes, "cascade_crossover_n_docs": crossover})
+    out = write_results(
+        args.out,
+        {
+            **run_header(),
+            "questions": [r.get("question_id") for r in rows],
+            "one_question_points": 100.0 / len(rows),
+            "max_seq_len": args.max_seq_len,
+            "selection": rag.config.selection,
+            "tau_min": rag.config.tau_min,
+            "drafter_adapter": rag.drafter_adapter,
+            "corpus_passages": len(corpus),
+            "sizes": sizes,
+            "cascade_crossover_n_docs": crossover,
+        },
+    )
     plot(sizes, out.with_suffix(".png"))
 
 

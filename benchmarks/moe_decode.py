@@ -33,14 +33,24 @@ from specrag_jax.models.sampling.batch import SamplingBatch  # noqa: E402
 
 
 def configs(args: argparse.Namespace) -> dict[str, ModelConfig]:
-    common = dict(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers, num_heads=8,
-                  num_kv_heads=4, head_dim=args.hidden // 8, max_position_embeddings=4096, sliding_window=None,
-                  layer_types=())
+    common = dict(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        num_layers=args.layers,
+        num_heads=8,
+        num_kv_heads=4,
+        head_dim=args.hidden // 8,
+        max_position_embeddings=4096,
+        sliding_window=None,
+        layer_types=(),
+    )
     moe = dict(common, intermediate_size=args.inter, num_experts=args.experts, experts_per_token=args.top_k)
-    return {"dense_same_active": tiny_config("llama", **common, intermediate_size=args.top_k * args.inter),
-            "moe_auto": tiny_config("mixtral", **moe),
-            "moe_gather": tiny_config("mixtral", **moe, moe_impl="gather"),
-            "moe_ragged": tiny_config("mixtral", **moe, moe_impl="ragged")}
+    return {
+        "dense_same_active": tiny_config("llama", **common, intermediate_size=args.top_k * args.inter),
+        "moe_auto": tiny_config("mixtral", **moe),
+        "moe_gather": tiny_config("mixtral", **moe, moe_impl="gather"),
+        "moe_ragged": tiny_config("mixtral", **moe, moe_impl="ragged"),
+    }
 
 
 def time_decode(runner: ModelRunner, batch: int, context: int, min_repeats: int, max_s: float) -> dict[str, Any]:
@@ -60,10 +70,15 @@ def time_decode(runner: ModelRunner, batch: int, context: int, min_repeats: int,
             times.append((time.perf_counter() - t0) * 1e3)
     for c in chunks:
         runner.allocator.release(c.pages)
-    return {"tokens_bucket": int(step.tokens.shape[0]), "moe_impl": runner.cfg.moe_impl_for(int(step.tokens.shape[0]))
-            if runner.cfg.num_experts else None, "median_ms": round(statistics.median(times), 3),
-            "best_ms": round(min(times), 3), "repeats": len(times), "first_call_s": round(first, 2),
-            "other_cores_busy": other.cores}
+    return {
+        "tokens_bucket": int(step.tokens.shape[0]),
+        "moe_impl": runner.cfg.moe_impl_for(int(step.tokens.shape[0])) if runner.cfg.num_experts else None,
+        "median_ms": round(statistics.median(times), 3),
+        "best_ms": round(min(times), 3),
+        "repeats": len(times),
+        "first_call_s": round(first, 2),
+        "other_cores_busy": other.cores,
+    }
 
 
 def active_params(cfg: ModelConfig) -> dict[str, int]:
@@ -89,20 +104,29 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS_DIR / "moe_decode.json"))
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
-    results: dict[str, Any] = {**run_header(), "backend": jax.default_backend(), "loadavg_start": loadavg(),
-                               "note": "shared machine: wall-clock times under the recorded load", "rows": [],
-                               "config": {k: v for k, v in vars(args).items() if k not in ("out", "batches")}}
+    results: dict[str, Any] = {
+        **run_header(),
+        "backend": jax.default_backend(),
+        "loadavg_start": loadavg(),
+        "note": "shared machine: wall-clock times under the recorded load",
+        "rows": [],
+        "config": {k: v for k, v in vars(args).items() if k not in ("out", "batches")},
+    }
     runners = {}
     for name, cfg in configs(args).items():
-        runners[name] = ModelRunner(cfg, init_params(cfg, seed=0), num_pages=16 * max(batches) + 8, page_size=16,
-                                    max_seq_len=args.context + 64)
+        runners[name] = ModelRunner(
+            cfg, init_params(cfg, seed=0), num_pages=16 * max(batches) + 8, page_size=16, max_seq_len=args.context + 64
+        )
         results["config"][f"params_{name}"] = active_params(cfg)
     for batch in batches:
         row: dict[str, Any] = {"batch": batch, "loadavg_before": loadavg()}
         for name, runner in runners.items():
             row[name] = time_decode(runner, batch, args.context, args.min_repeats, args.max_s)
-            print(f"batch={batch:3d} {name:18s} bucket {row[name]['tokens_bucket']:3d} "
-                  f"{str(row[name]['moe_impl']):7s} median {row[name]['median_ms']:8.3f} ms", flush=True)
+            print(
+                f"batch={batch:3d} {name:18s} bucket {row[name]['tokens_bucket']:3d} "
+                f"{str(row[name]['moe_impl']):7s} median {row[name]['median_ms']:8.3f} ms",
+                flush=True,
+            )
         row["moe_auto_over_dense"] = round(row["moe_auto"]["median_ms"] / row["dense_same_active"]["median_ms"], 2)
         results["rows"].append(row)
     results["loadavg_end"] = loadavg()

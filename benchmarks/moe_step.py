@@ -37,10 +37,12 @@ from specrag_jax.models.decoder.moe import dense_moe_reference, moe_block, route
 def moe_params(key: jax.Array, hidden: int, experts: int, inter: int) -> dict:
     k1, k2, k3, k4 = jax.random.split(key, 4)
     n = lambda k, s, fan: jax.random.normal(k, s, jnp.float32) / np.sqrt(fan)  # noqa: E731
-    return {"router": {"kernel": n(k1, (hidden, experts), hidden)},
-            "gate": {"kernel": n(k2, (experts, hidden, inter), hidden)},
-            "up": {"kernel": n(k3, (experts, hidden, inter), hidden)},
-            "down": {"kernel": n(k4, (experts, inter, hidden), inter)}}
+    return {
+        "router": {"kernel": n(k1, (hidden, experts), hidden)},
+        "gate": {"kernel": n(k2, (experts, hidden, inter), hidden)},
+        "up": {"kernel": n(k3, (experts, hidden, inter), hidden)},
+        "down": {"kernel": n(k4, (experts, inter, hidden), inter)},
+    }
 
 
 def dense_mlp(x: jax.Array, params: dict, dtype: jnp.dtype) -> jax.Array:
@@ -94,14 +96,21 @@ def bench_tokens(tokens: int, args: argparse.Namespace, moe: list[dict], mlp: li
         compile_s = time.perf_counter() - t0
         with OtherLoad() as other:
             stats = time_calls(lambda: step(x, params), args.min_repeats, args.max_s)
-        entry = {**stats, "median_ms_per_layer": round(stats["median_ms"] / args.layers, 3),
-                 "first_call_s": round(compile_s, 3), "other_cores_busy": other.cores}
+        entry = {
+            **stats,
+            "median_ms_per_layer": round(stats["median_ms"] / args.layers, 3),
+            "first_call_s": round(compile_s, 3),
+            "other_cores_busy": other.cores,
+        }
         if name.startswith("moe"):
             ref = out if ref is None else ref
             entry["max_abs_diff_vs_ragged"] = float(jnp.max(jnp.abs(out - ref)))
         row[name] = entry
-        print(f"tokens={tokens:4d} {name:20s} median {stats['median_ms']:9.3f} ms  best {stats['best_ms']:9.3f} ms"
-              f"  ({args.layers} layers; others busy {other.cores} cores)", flush=True)
+        print(
+            f"tokens={tokens:4d} {name:20s} median {stats['median_ms']:9.3f} ms  best {stats['best_ms']:9.3f} ms"
+            f"  ({args.layers} layers; others busy {other.cores} cores)",
+            flush=True,
+        )
     row["loadavg_after"] = loadavg()
     return row
 
@@ -124,17 +133,31 @@ def main() -> None:
     keys = jax.random.split(jax.random.key(args.seed), 2 * args.layers)
     moe = [moe_params(keys[i], args.hidden, args.experts, args.inter) for i in range(args.layers)]
     active = args.top_k * args.inter
-    mlp = [jax.tree.map(lambda a: a[0], {k: v for k, v in moe_params(keys[args.layers + i], args.hidden, 1, active)
-                                         .items() if k != "router"}) for i in range(args.layers)]
+    mlp = [
+        jax.tree.map(
+            lambda a: a[0],
+            {k: v for k, v in moe_params(keys[args.layers + i], args.hidden, 1, active).items() if k != "router"},
+        )
+        for i in range(args.layers)
+    ]
     expert_params = 3 * args.hidden * args.inter
     results: dict[str, Any] = {
-        **run_header(), "backend": jax.default_backend(), "loadavg_start": loadavg(),
+        **run_header(),
+        "backend": jax.default_backend(),
+        "loadavg_start": loadavg(),
         "note": "shared machine: times are wall-clock under the recorded load (loadavg, other_cores_busy)",
-        "config": {"hidden": args.hidden, "experts": args.experts, "top_k": args.top_k, "expert_intermediate":
-                   args.inter, "dense_intermediate": active, "dtype": args.dtype, "layers": args.layers,
-                   "params_total_moe": args.experts * expert_params + args.hidden * args.experts,
-                   "params_active_moe": args.top_k * expert_params + args.hidden * args.experts,
-                   "params_dense_mlp": 3 * args.hidden * active},
+        "config": {
+            "hidden": args.hidden,
+            "experts": args.experts,
+            "top_k": args.top_k,
+            "expert_intermediate": args.inter,
+            "dense_intermediate": active,
+            "dtype": args.dtype,
+            "layers": args.layers,
+            "params_total_moe": args.experts * expert_params + args.hidden * args.experts,
+            "params_active_moe": args.top_k * expert_params + args.hidden * args.experts,
+            "params_dense_mlp": 3 * args.hidden * active,
+        },
         "rows": [],
     }
     for tokens in (int(t) for t in args.tokens.split(",")):

@@ -45,15 +45,24 @@ from specrag_jax.retrieval import Embedder, docs_from_context  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "retrievalqa_dev.jsonl"
 # Gemma 3 1B (google/gemma-3-1b-pt config.json): every field that differs from the 270M model.
-GEMMA3_1B_SHAPE = dict(hidden_size=1152, intermediate_size=6912, num_layers=26, num_heads=4, num_kv_heads=1,
-                       head_dim=256, query_pre_attn_scalar=256, sliding_window=512)
+GEMMA3_1B_SHAPE = dict(
+    hidden_size=1152,
+    intermediate_size=6912,
+    num_layers=26,
+    num_heads=4,
+    num_kv_heads=1,
+    head_dim=256,
+    query_pre_attn_scalar=256,
+    sliding_window=512,
+)
 
 
 def one_b_verifier(base: TextModel, max_seq_len: int, num_pages: int) -> TextModel:
     """A verifier with the Gemma 3 1B shape, random weights and the (shared) Gemma 3 tokenizer."""
     cfg = dataclasses.replace(base.runner.cfg, name="gemma3-1b-shape-random", **GEMMA3_1B_SHAPE)
-    runner = ModelRunner(cfg, init_params(cfg, seed=0), num_pages=num_pages, page_size=base.runner.page_size,
-                         max_seq_len=max_seq_len)
+    runner = ModelRunner(
+        cfg, init_params(cfg, seed=0), num_pages=num_pages, page_size=base.runner.page_size, max_seq_len=max_seq_len
+    )
     return TextModel(cfg.name, runner, base.tokenizer)
 
 
@@ -68,8 +77,13 @@ def standard(verifier: TextModel, question: str, docs: list[dict], gen_tokens: i
     t = time.perf_counter()
     [res] = Generator(verifier.runner, ()).generate([prompt], SamplingParams(), gen_tokens)
     assert len(res.token_ids) == gen_tokens
-    return {"total_s": time.perf_counter() - t, "prefill_tokens": len(prompt), "decode_tokens": gen_tokens,
-            "prefill_s_with_compile": res.prefill_s, "decode_s_with_compile": res.decode_s}
+    return {
+        "total_s": time.perf_counter() - t,
+        "prefill_tokens": len(prompt),
+        "decode_tokens": gen_tokens,
+        "prefill_s_with_compile": res.prefill_s,
+        "decode_s_with_compile": res.decode_s,
+    }
 
 
 def _stage(fn):
@@ -81,25 +95,37 @@ def _stage(fn):
     return out, elapsed - clock.seconds, clock.seconds
 
 
-def speculative(drafter: TextModel, verifier: TextModel, subsets_fn, question: str, docs: list[dict],
-                args: argparse.Namespace) -> dict:
+def speculative(
+    drafter: TextModel, verifier: TextModel, subsets_fn, question: str, docs: list[dict], args: argparse.Namespace
+) -> dict:
     (subsets, _), cluster_s, c1 = _stage(lambda: subsets_fn(question, docs, args.k, args.m, 0))
     prefix_ids, _ = split_chat_prompt(drafter, drafter_prefix(question), "")
-    suffixes = [split_chat_prompt(drafter, drafter_prefix(question), drafter_evidence([docs[i] for i in s]))[1]
-                for s in subsets]
+    suffixes = [
+        split_chat_prompt(drafter, drafter_prefix(question), drafter_evidence([docs[i] for i in s]))[1] for s in subsets
+    ]
     response = drafter.tokenizer.encode("\n" + RESPONSE_TAG, add_bos=False)
     phases = [Phase(args.rationale_tokens), Phase(args.answer_tokens)]
-    (first, second), draft_s, c2 = _stage(lambda: Generator(drafter.runner, ()).generate_phases(
-        prefix_ids, suffixes, phases, lambda _p, _row, res: (len(res.token_ids), response)))
+    (first, second), draft_s, c2 = _stage(
+        lambda: Generator(drafter.runner, ()).generate_phases(
+            prefix_ids, suffixes, phases, lambda _p, _row, res: (len(res.token_ids), response)
+        )
+    )
     decode = drafter.tokenizer.decode
-    drafts = [Draft(i, [], "", decode(a.token_ids), decode(b.token_ids), True, 0.0, 0)
-              for i, (a, b) in enumerate(zip(first, second))]
+    drafts = [
+        Draft(i, [], "", decode(a.token_ids), decode(b.token_ids), True, 0.0, 0)
+        for i, (a, b) in enumerate(zip(first, second))
+    ]
     stats, verify_s, c3 = _stage(lambda: verify_drafts(verifier, question, drafts))
     # total_s includes the compilation; measure() subtracts it (the stage times already exclude it).
-    return {"total_s": cluster_s + draft_s + verify_s + c1 + c2 + c3, "clustering_s": cluster_s,
-            "drafting_s": draft_s, "verification_s": verify_s, "drafts": len(drafts),
-            "verifier_tree_tokens": stats["verifier_tree_tokens"],
-            "drafter_prefill_tokens": len(prefix_ids) + sum(len(s) for s in suffixes)}
+    return {
+        "total_s": cluster_s + draft_s + verify_s + c1 + c2 + c3,
+        "clustering_s": cluster_s,
+        "drafting_s": draft_s,
+        "verification_s": verify_s,
+        "drafts": len(drafts),
+        "verifier_tree_tokens": stats["verifier_tree_tokens"],
+        "drafter_prefill_tokens": len(prefix_ids) + sum(len(s) for s in suffixes),
+    }
 
 
 def measure(fn, repeats: int, warmup: bool) -> tuple[dict, float]:
@@ -122,8 +148,12 @@ def main() -> None:
     ap.add_argument("--data", default=str(DATA))
     ap.add_argument("--questions", type=int, default=5, help="the first question of each data source, in turn")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--warmup", type=int, default=1, help="untimed runs per question first (0: rely on subtracting "
-                    "the measured compilation time)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed runs per question first (0: rely on subtracting the measured compilation time)",
+    )
     ap.add_argument("--verifiers", default="gemma3-1b-shape,gemma3-270m")
     ap.add_argument("--drafter", default="smollm2-135m-instruct")
     ap.add_argument("--n-docs", type=int, default=10)
@@ -145,31 +175,53 @@ def main() -> None:
     gemma = TextModel.load("gemma3-270m", max_seq_len=2048, max_batch=2)
     subsets_fn = clustered_subsets(Embedder(drafter))
     notes: list[str] = []
-    questions = [(r["question"], truncate_docs(drafter, docs_from_context(r["context"])[: args.n_docs],
-                                               args.max_doc_tokens, notes)) for r in order]
-    results = {**run_header(), "load_before": loadavg(), "config": {k: v for k, v in vars(args).items()},
-               "drafter_params": param_count(drafter), "verifiers": {}}
+    questions = [
+        (
+            r["question"],
+            truncate_docs(drafter, docs_from_context(r["context"])[: args.n_docs], args.max_doc_tokens, notes),
+        )
+        for r in order
+    ]
+    results = {
+        **run_header(),
+        "load_before": loadavg(),
+        "config": {k: v for k, v in vars(args).items()},
+        "drafter_params": param_count(drafter),
+        "verifiers": {},
+    }
     for name in [v for v in args.verifiers.split(",") if v]:
         verifier = gemma if name == "gemma3-270m" else one_b_verifier(gemma, 2048, gemma.runner.pool.num_pages)
         per_q = []
         for question, docs in questions:
-            std, std_compile = measure(lambda: standard(verifier, question, docs, args.gen_tokens), args.repeats,
-                                       args.warmup)
-            spec, spec_compile = measure(lambda: speculative(drafter, verifier, subsets_fn, question, docs, args),
-                                         args.repeats, args.warmup)
-            per_q.append({"question": question, "standard": std, "speculative": spec,
-                          "compile_s_in_timed_runs": std_compile + spec_compile})
-            print(f"{name}: standard {std['total_s']:.2f}s speculative {spec['total_s']:.2f}s "
-                  f"(cluster {spec['clustering_s']:.2f} draft {spec['drafting_s']:.2f} "
-                  f"verify {spec['verification_s']:.2f})", flush=True)
+            std, std_compile = measure(
+                lambda: standard(verifier, question, docs, args.gen_tokens), args.repeats, args.warmup
+            )
+            spec, spec_compile = measure(
+                lambda: speculative(drafter, verifier, subsets_fn, question, docs, args), args.repeats, args.warmup
+            )
+            per_q.append(
+                {
+                    "question": question,
+                    "standard": std,
+                    "speculative": spec,
+                    "compile_s_in_timed_runs": std_compile + spec_compile,
+                }
+            )
+            print(
+                f"{name}: standard {std['total_s']:.2f}s speculative {spec['total_s']:.2f}s "
+                f"(cluster {spec['clustering_s']:.2f} draft {spec['drafting_s']:.2f} "
+                f"verify {spec['verification_s']:.2f})",
+                flush=True,
+            )
         mean = lambda key, field: statistics.fmean(q[key][field] for q in per_q)  # noqa: E731
         summary = {
             "weights": "real (GGUF)" if name == "gemma3-270m" else "random (latency only)",
             "verifier_params": param_count(verifier),
             "standard_s": mean("standard", "total_s"),
             "speculative_s": mean("speculative", "total_s"),
-            "speculative_stages_s": {s: mean("speculative", s) for s in ("clustering_s", "drafting_s",
-                                                                          "verification_s")},
+            "speculative_stages_s": {
+                s: mean("speculative", s) for s in ("clustering_s", "drafting_s", "verification_s")
+            },
         }
         summary["ratio_speculative_over_standard"] = summary["speculative_s"] / summary["standard_s"]
         results["verifiers"][name] = {"summary": summary, "questions": per_q}

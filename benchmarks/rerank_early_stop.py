@@ -65,20 +65,31 @@ def main() -> None:
         score_fn = lambda _q, docs: [lookup[d["id"]] for d in docs]  # noqa: E731
         keys = lambda docs: [passage_key(d) for d in docs]  # noqa: E731
         full, _ = rerank_coarse_to_fine(row["question"], cands, score_fn, args.n_docs, args.group, math.inf)
-        rec = {"question_id": row.get("question_id"), "fine_s": fine_s, "candidates": len(cands),
-               "recall_bm25": own_passage_recall(own, keys(cands[: args.n_docs])),
-               "recall_full_rerank": own_passage_recall(own, keys(full)),
-               "recall_bm25_top_n_coarse": own_passage_recall(own, keys(cands)), "early": {}}
+        rec = {
+            "question_id": row.get("question_id"),
+            "fine_s": fine_s,
+            "candidates": len(cands),
+            "recall_bm25": own_passage_recall(own, keys(cands[: args.n_docs])),
+            "recall_full_rerank": own_passage_recall(own, keys(full)),
+            "recall_bm25_top_n_coarse": own_passage_recall(own, keys(cands)),
+            "early": {},
+        }
         for p in patiences:
             top, trace = rerank_coarse_to_fine(row["question"], cands, score_fn, args.n_docs, args.group, p)
-            rec["early"][str(p)] = {"saved_fraction": trace["saved_fraction"],
-                                    "same_set_as_full": {d["id"] for d in top} == {d["id"] for d in full},
-                                    "recall": own_passage_recall(own, keys(top))}
+            rec["early"][str(p)] = {
+                "saved_fraction": trace["saved_fraction"],
+                "same_set_as_full": {d["id"] for d in top} == {d["id"] for d in full},
+                "recall": own_passage_recall(own, keys(top)),
+            }
         per_q.append(rec)
         _write(args, corpus, per_q, reranker, patiences)
-        _log(f"q{q}: {len(cands)} candidates {fine_s:.1f}s recall bm25 {rec['recall_bm25']} full "
-             f"{rec['recall_full_rerank']} " + " ".join(f"p{p}: saved {v['saved_fraction']:.2f} same "
-                                                        f"{v['same_set_as_full']}" for p, v in rec["early"].items()))
+        _log(
+            f"q{q}: {len(cands)} candidates {fine_s:.1f}s recall bm25 {rec['recall_bm25']} full "
+            f"{rec['recall_full_rerank']} "
+            + " ".join(
+                f"p{p}: saved {v['saved_fraction']:.2f} same {v['same_set_as_full']}" for p, v in rec["early"].items()
+            )
+        )
     _log(f"wrote {_write(args, corpus, per_q, reranker, patiences)}")
 
 
@@ -87,23 +98,37 @@ def _write(args: argparse.Namespace, corpus: list, per_q: list[dict], reranker: 
     what it measured)."""
     mean = lambda xs: statistics.fmean([x for x in xs if x is not None])  # noqa: E731
     summary = {
-        "questions": len(per_q), "corpus_passages": len(corpus), "pairs_scored": sum(r["candidates"] for r in per_q),
+        "questions": len(per_q),
+        "corpus_passages": len(corpus),
+        "pairs_scored": sum(r["candidates"] for r in per_q),
         "fine_s_per_question": mean(r["fine_s"] for r in per_q),
-        "recall_own_passages": {"bm25_top_n_docs": mean(r["recall_bm25"] for r in per_q),
-                                "full_rerank_top_n_docs": mean(r["recall_full_rerank"] for r in per_q),
-                                "bm25_top_n_coarse (ceiling)": mean(r["recall_bm25_top_n_coarse"] for r in per_q)},
-        "early_termination": {p: {"saved_fraction": mean(r["early"][p]["saved_fraction"] for r in per_q),
-                                  "same_set_as_full_fraction": mean(float(r["early"][p]["same_set_as_full"])
-                                                                    for r in per_q),
-                                  "recall": mean(r["early"][p]["recall"] for r in per_q)}
-                              for p in map(str, patiences)},
+        "recall_own_passages": {
+            "bm25_top_n_docs": mean(r["recall_bm25"] for r in per_q),
+            "full_rerank_top_n_docs": mean(r["recall_full_rerank"] for r in per_q),
+            "bm25_top_n_coarse (ceiling)": mean(r["recall_bm25_top_n_coarse"] for r in per_q),
+        },
+        "early_termination": {
+            p: {
+                "saved_fraction": mean(r["early"][p]["saved_fraction"] for r in per_q),
+                "same_set_as_full_fraction": mean(float(r["early"][p]["same_set_as_full"]) for r in per_q),
+                "recall": mean(r["early"][p]["recall"] for r in per_q),
+            }
+            for p in map(str, patiences)
+        },
     }
-    payload = {**run_header(), "reranker": args.reranker, "n_coarse": args.n_coarse, "n_docs": args.n_docs,
-               "group": args.group, "max_doc_tokens": args.max_doc_tokens, "summary": summary,
-               "per_question": per_q, "reranker_stats": dataclasses.asdict(reranker.stats),
-               "loadavg_end": loadavg()}
+    payload = {
+        **run_header(),
+        "reranker": args.reranker,
+        "n_coarse": args.n_coarse,
+        "n_docs": args.n_docs,
+        "group": args.group,
+        "max_doc_tokens": args.max_doc_tokens,
+        "summary": summary,
+        "per_question": per_q,
+        "reranker_stats": dataclasses.asdict(reranker.stats),
+        "loadavg_end": loadavg(),
+    }
     return write_results(args.out, payload)
-
 
 
 if __name__ == "__main__":

@@ -63,21 +63,33 @@ def run_length(model, docs, questions, doc_tokens: int, budgets: list[int], stor
     store = DocKVStore(store_dir, model)
     summary = build_index(model, docs, store, max_doc_tokens=doc_tokens, token_budget=2048)
     pairs = len(docs) * len(questions)
-    out: dict = {"doc_tokens": doc_tokens, "prefix_tokens_mean": summary["tokens"] / len(docs),
-                 "pairs": pairs, "index_seconds": summary["seconds"], "store_bytes": summary["bytes"],
-                 "store_bytes_per_prefix_token": round(summary["bytes_per_token"], 1)}
+    out: dict = {
+        "doc_tokens": doc_tokens,
+        "prefix_tokens_mean": summary["tokens"] / len(docs),
+        "pairs": pairs,
+        "index_seconds": summary["seconds"],
+        "store_bytes": summary["bytes"],
+        "store_bytes_per_prefix_token": round(summary["bytes_per_token"], 1),
+    }
     scores = {}
     for budget in budgets:
         r = Reranker(model, mode="recompute", max_doc_tokens=doc_tokens, token_budget=budget)
         seconds, scores[f"recompute_{budget}"], stages = timed(r, docs, questions)
-        out[f"recompute_budget_{budget}"] = {"seconds": round(seconds, 3), "pairs_per_s": round(pairs / seconds, 3),
-                                             "stage_seconds": stages}
+        out[f"recompute_budget_{budget}"] = {
+            "seconds": round(seconds, 3),
+            "pairs_per_s": round(pairs / seconds, 3),
+            "stage_seconds": stages,
+        }
         print(f"{doc_tokens} tokens, recompute (budget {budget}): {pairs / seconds:.2f} pairs/s", flush=True)
     for name, cache_docs in (("kv_store", 0), ("kv_cached", 64)):
         with Reranker(model, store=store, mode="kv", max_doc_tokens=doc_tokens, cache_docs=cache_docs) as r:
             seconds, scores[name], stages = timed(r, docs, questions)
-            out[name] = {"seconds": round(seconds, 3), "pairs_per_s": round(pairs / seconds, 3),
-                         "stage_seconds": stages, "stats": r.stats.as_dict()}
+            out[name] = {
+                "seconds": round(seconds, 3),
+                "pairs_per_s": round(pairs / seconds, 3),
+                "stage_seconds": stages,
+                "stats": r.stats.as_dict(),
+            }
         print(f"{doc_tokens} tokens, {name}: {pairs / seconds:.2f} pairs/s", flush=True)
     best = max((k for k in out if k.startswith("recompute_budget_")), key=lambda k: out[k]["pairs_per_s"])
     out["recompute"] = {"best": best, **out[best]}
@@ -94,8 +106,13 @@ def main(argv=None) -> int:
     p.add_argument("--docs", type=int, default=8, help="candidates per question")
     p.add_argument("--questions", type=int, default=3)
     p.add_argument("--lengths", type=int, nargs="+", default=[160, 512], help="document tokens")
-    p.add_argument("--recompute-budgets", type=int, nargs="+", default=[1024, 2048],
-                   help="token budgets tried for the recompute baseline (its best is the baseline)")
+    p.add_argument(
+        "--recompute-budgets",
+        type=int,
+        nargs="+",
+        default=[1024, 2048],
+        help="token budgets tried for the recompute baseline (its best is the baseline)",
+    )
     p.add_argument("--out", default=str(RESULTS_DIR / "rerank_kv.json"))
     args = p.parse_args(argv)
     from specrag_jax.models.text_model import TextModel
@@ -111,15 +128,26 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="rerank_kv_") as tmp:
         for n in args.lengths:
             results[str(n)] = run_length(model, docs, questions, n, args.recompute_budgets, Path(tmp))
-    payload = {**header, "benchmark": "rerank_kv", "model": args.model, "dtype": model.runner.dtype,
-               "model_load_s": round(load_s, 2), "candidates_per_question": args.docs,
-               "questions": questions, "question_tokens": q_tokens, "attention_impl": model.runner.attention_impl,
-               "prompt_form": "chat" if model.instruct else "plain", "results": results}
+    payload = {
+        **header,
+        "benchmark": "rerank_kv",
+        "model": args.model,
+        "dtype": model.runner.dtype,
+        "model_load_s": round(load_s, 2),
+        "candidates_per_question": args.docs,
+        "questions": questions,
+        "question_tokens": q_tokens,
+        "attention_impl": model.runner.attention_impl,
+        "prompt_form": "chat" if model.instruct else "plain",
+        "results": results,
+    }
     path = write_results(args.out, payload)
     for n, r in results.items():
-        print(f"{n}-token documents: recompute {r['recompute']['pairs_per_s']:.2f} pairs/s, stored K/V "
-              f"{r['kv_store']['pairs_per_s']:.2f} ({r['speedup_kv_store']}x), "
-              f"cached {r['kv_cached']['pairs_per_s']:.2f} ({r['speedup_kv_cached']}x)")
+        print(
+            f"{n}-token documents: recompute {r['recompute']['pairs_per_s']:.2f} pairs/s, stored K/V "
+            f"{r['kv_store']['pairs_per_s']:.2f} ({r['speedup_kv_store']}x), "
+            f"cached {r['kv_cached']['pairs_per_s']:.2f} ({r['speedup_kv_cached']}x)"
+        )
     print(f"wrote {path}")
     return 0
 

@@ -30,8 +30,14 @@ from benchmarks.common import loadavg, run_header, write_results  # noqa: E402
 from specrag_jax.models.text_model import TextModel  # noqa: E402
 from specrag_jax.pipeline.evaluation import evaluate, load_questions  # noqa: E402
 from specrag_jax.pipeline.factory import (  # noqa: E402
-    DEFAULT_DRAFTER, DEFAULT_VERIFIER, RERANK_CACHE_DOCS, clustered_subsets, lexical_search, pool_pages,
-    reranker_pages)
+    DEFAULT_DRAFTER,
+    DEFAULT_VERIFIER,
+    RERANK_CACHE_DOCS,
+    clustered_subsets,
+    lexical_search,
+    pool_pages,
+    reranker_pages,
+)
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG  # noqa: E402
 from specrag_jax.rerank.reranker import Reranker  # noqa: E402
 from specrag_jax.retrieval import Embedder, LexicalIndex  # noqa: E402
@@ -66,19 +72,34 @@ def main() -> None:
     extra = reranker_pages(RAGConfig(rerank="kv"))
     roles = {c.removeprefix("rerank_") for c in configs if c != "bm25"}
     t = time.perf_counter()
-    drafter = TextModel.load(args.drafter, max_seq_len=2048, max_batch=base.m,
-                             num_pages=pool_pages(base.m, 2048, extra if "drafter" in roles else 0))
-    verifier = TextModel.load(args.verifier, max_seq_len=2048, max_batch=2,
-                              num_pages=pool_pages(2, 2048, extra if "verifier" in roles else 0))
+    drafter = TextModel.load(
+        args.drafter,
+        max_seq_len=2048,
+        max_batch=base.m,
+        num_pages=pool_pages(base.m, 2048, extra if "drafter" in roles else 0),
+    )
+    verifier = TextModel.load(
+        args.verifier, max_seq_len=2048, max_batch=2, num_pages=pool_pages(2, 2048, extra if "verifier" in roles else 0)
+    )
     load_s = time.perf_counter() - t
     search = lexical_search(LexicalIndex.build(corpus))
     subsets = clustered_subsets(Embedder(drafter))
     results: dict = {}
-    payload = {**run_header(), "data": args.data, "questions": len(rows), "corpus_passages": len(corpus),
-               "drafter": args.drafter, "verifier": args.verifier, "n_docs": base.n_docs,
-               "n_coarse": args.n_coarse, "rerank_group": base.rerank_group,
-               "rerank_patience": base.rerank_patience, "methods": methods, "model_load_s": load_s,
-               "configs": results}
+    payload = {
+        **run_header(),
+        "data": args.data,
+        "questions": len(rows),
+        "corpus_passages": len(corpus),
+        "drafter": args.drafter,
+        "verifier": args.verifier,
+        "n_docs": base.n_docs,
+        "n_coarse": args.n_coarse,
+        "rerank_group": base.rerank_group,
+        "rerank_patience": base.rerank_patience,
+        "methods": methods,
+        "model_load_s": load_s,
+        "configs": results,
+    }
     for name in configs:
         if name == "bm25":
             config, scorer = RAGConfig(n_coarse=args.n_coarse), None
@@ -86,22 +107,42 @@ def main() -> None:
             role = name.removeprefix("rerank_")
             model = {"drafter": drafter, "verifier": verifier}[role]
             config = RAGConfig(n_coarse=args.n_coarse, rerank="kv", reranker=role)
-            scorer = Reranker(model, store=None, mode="kv", max_doc_tokens=config.max_doc_tokens,
-                              cache_docs=RERANK_CACHE_DOCS)
+            scorer = Reranker(
+                model, store=None, mode="kv", max_doc_tokens=config.max_doc_tokens, cache_docs=RERANK_CACHE_DOCS
+            )
         rag = SpecRAG(drafter, verifier, subsets=subsets, search=search, config=config, reranker=scorer)
         t = time.perf_counter()
         out = evaluate(rag, rows, methods, progress=True, corpus=corpus)
         wall = time.perf_counter() - t
-        results[name] = {"wall_s": wall, "methods": {m: {k: v[k] for k in SUMMARY_KEYS if k in v}
-                                                    for m, v in out["methods"].items()},
-                         "predictions": [{k: p.get(k) for k in ("method", "question_id", "answer", "correct",
-                                                                "recall_own_passages", "documents", "stages_s")}
-                                         for p in out["predictions"]]}
+        results[name] = {
+            "wall_s": wall,
+            "methods": {m: {k: v[k] for k in SUMMARY_KEYS if k in v} for m, v in out["methods"].items()},
+            "predictions": [
+                {
+                    k: p.get(k)
+                    for k in (
+                        "method",
+                        "question_id",
+                        "answer",
+                        "correct",
+                        "recall_own_passages",
+                        "documents",
+                        "stages_s",
+                    )
+                }
+                for p in out["predictions"]
+            ],
+        }
         if scorer is not None:
             results[name]["reranker_stats"] = scorer.stats.as_dict()
             scorer.close()
-        _log(f"{name}: " + ", ".join(f"{m} acc {v['accuracy']:.2f} recall {v.get('recall_own_passages')}"
-                                     for m, v in out["methods"].items()) + f" ({wall:.0f}s)")
+        _log(
+            f"{name}: "
+            + ", ".join(
+                f"{m} acc {v['accuracy']:.2f} recall {v.get('recall_own_passages')}" for m, v in out["methods"].items()
+            )
+            + f" ({wall:.0f}s)"
+        )
         payload["loadavg_end"] = loadavg()
         write_results(args.out, payload)  # after every configuration: a long run keeps what it measured
     _log(f"wrote {args.out}")

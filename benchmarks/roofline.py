@@ -34,8 +34,12 @@ def main() -> None:
     ap.add_argument("--split", default="heldout")
     ap.add_argument("--limit", type=int, default=4)
     ap.add_argument("--methods", default="speculative,standard,lossless")
-    ap.add_argument("--passes", type=int, default=2,
-                    help="answer the questions this many times and report the last pass (the first compiles)")
+    ap.add_argument(
+        "--passes",
+        type=int,
+        default=2,
+        help="answer the questions this many times and report the last pass (the first compiles)",
+    )
     ap.add_argument("--out", default="benchmarks/results/roofline.json")
     args = ap.parse_args()
     enable_xla_cache()
@@ -52,18 +56,30 @@ def main() -> None:
     for method, m in results["methods"].items():
         stages = {}
         for stage, row in m["roofline"].items():
-            pred = {name: round(predicted_bound_s(row, device_peaks(name)) * 1e3, 3) for name in DEVICE_PEAKS
-                    if "gflop" in row}
+            pred = {
+                name: round(predicted_bound_s(row, device_peaks(name)) * 1e3, 3)
+                for name in DEVICE_PEAKS
+                if "gflop" in row
+            }
             stages[stage] = {**row, "predicted_bound_ms": pred}
         table[method] = {"accuracy": m["accuracy"], "latency_s": m["latency_s"]["mean"], "stages": stages}
-    write_results(Path(args.out), {
-        **run_header(), "questions": len(rows), "split": args.split,
-        "peaks_before": peaks_before.to_dict(), "peaks_after": peaks_after.to_dict(),
-        "peaks_used": results["roofline_peaks"], "device_peaks": DEVICE_PEAKS,
-        "token_buckets_to_2048": token_count_buckets(16, 2048), "xla_warmup_passes": clock.stats.summary(),
-        "xla_measured_pass": measured_clock.stats.summary(), "passes": args.passes,
-        "methods": table,
-    })
+    write_results(
+        Path(args.out),
+        {
+            **run_header(),
+            "questions": len(rows),
+            "split": args.split,
+            "peaks_before": peaks_before.to_dict(),
+            "peaks_after": peaks_after.to_dict(),
+            "peaks_used": results["roofline_peaks"],
+            "device_peaks": DEVICE_PEAKS,
+            "token_buckets_to_2048": token_count_buckets(16, 2048),
+            "xla_warmup_passes": clock.stats.summary(),
+            "xla_measured_pass": measured_clock.stats.summary(),
+            "passes": args.passes,
+            "methods": table,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -33,15 +33,29 @@ from benchmarks.common import RESULTS_DIR, command_line, git_state, loadavg, mac
 from specrag_jax.serving.warmup import default_compile_cache  # noqa: E402
 
 TOPICS = [
-    ("France", "Paris", "the Seine"), ("Italy", "Rome", "the Tiber"), ("Germany", "Berlin", "the Spree"),
-    ("Spain", "Madrid", "the Manzanares"), ("Austria", "Vienna", "the Danube"), ("Hungary", "Budapest", "the Danube"),
-    ("Poland", "Warsaw", "the Vistula"), ("Portugal", "Lisbon", "the Tagus"), ("Egypt", "Cairo", "the Nile"),
-    ("England", "London", "the Thames"), ("Russia", "Moscow", "the Moskva"), ("Ireland", "Dublin", "the Liffey"),
+    ("France", "Paris", "the Seine"),
+    ("Italy", "Rome", "the Tiber"),
+    ("Germany", "Berlin", "the Spree"),
+    ("Spain", "Madrid", "the Manzanares"),
+    ("Austria", "Vienna", "the Danube"),
+    ("Hungary", "Budapest", "the Danube"),
+    ("Poland", "Warsaw", "the Vistula"),
+    ("Portugal", "Lisbon", "the Tagus"),
+    ("Egypt", "Cairo", "the Nile"),
+    ("England", "London", "the Thames"),
+    ("Russia", "Moscow", "the Moskva"),
+    ("Ireland", "Dublin", "the Liffey"),
 ]
 
 
-PHRASINGS = ["What is the capital of {}?", "Which city is the capital of {}?", "Name the capital city of {}.",
-             "What city serves as the capital of {}?", "Tell me the capital of {}.", "Where is the seat of {}'s government?"]
+PHRASINGS = [
+    "What is the capital of {}?",
+    "Which city is the capital of {}?",
+    "Name the capital city of {}.",
+    "What city serves as the capital of {}?",
+    "Tell me the capital of {}.",
+    "Where is the seat of {}'s government?",
+]
 ENDINGS = ["", " Answer briefly.", " Please be concise.", " One word is enough."]
 UNIQUE_QUESTIONS = len(TOPICS) * len(PHRASINGS) * len(ENDINGS)  # 288
 
@@ -52,8 +66,10 @@ def rag_body(i: int, m: int, k: int) -> dict:
     from the prefix cache (the shared instructions still are)."""
     n = len(TOPICS)
     country, city, river = TOPICS[i % n]
-    docs = [{"id": f"{country}-capital", "title": city, "text": f"{city} is the capital of {country}."},
-            {"id": f"{country}-river", "title": river, "text": f"{city} lies on {river}, in {country}."}]
+    docs = [
+        {"id": f"{country}-capital", "title": city, "text": f"{city} is the capital of {country}."},
+        {"id": f"{country}-river", "title": river, "text": f"{city} lies on {river}, in {country}."},
+    ]
     others = random.Random(i).sample([t for t in TOPICS if t[0] != country], 4)
     for c2, city2, _ in others:
         docs.append({"id": f"{c2}-capital", "title": city2, "text": f"{city2} is the capital of {c2}."})
@@ -61,14 +77,22 @@ def rag_body(i: int, m: int, k: int) -> dict:
     return {"question": question, "documents": docs, "m": m, "k": k}
 
 
-EXTRAS = {"logprobs": True, "top_logprobs": 5, "presence_penalty": 0.5, "frequency_penalty": 0.5,
-          "repetition_penalty": 1.1}  # --sampling-cost: the same chat requests with and without these
+EXTRAS = {
+    "logprobs": True,
+    "top_logprobs": 5,
+    "presence_penalty": 0.5,
+    "frequency_penalty": 0.5,
+    "repetition_penalty": 1.1,
+}  # --sampling-cost: the same chat requests with and without these
 
 
 def completion_body(i: int, max_tokens: int, extras: bool = False) -> dict:
     country, city, _ = TOPICS[i % len(TOPICS)]
-    return {"messages": [{"role": "user", "content": f"Tell me about {city}, the capital of {country}."}],
-            "max_tokens": max_tokens, **(EXTRAS if extras else {})}
+    return {
+        "messages": [{"role": "user", "content": f"Tell me about {city}, the capital of {country}."}],
+        "max_tokens": max_tokens,
+        **(EXTRAS if extras else {}),
+    }
 
 
 def _free_port() -> int:
@@ -83,11 +107,34 @@ class Server:
     def __init__(self, args: argparse.Namespace, backpressure: bool) -> None:
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "specrag_jax.cli", "serve", "--port", str(self.port), "--drafter", args.drafter,
-               "--verifier", args.verifier, "--num-pages", str(args.num_pages), "--max-seq-len",
-               str(args.max_seq_len), "--token-budget", str(args.token_budget), "--request-timeout", "600",
-               "--max-inflight", "64", "--max-waiting", "256", "--warmup", args.warmup_level,
-               "--compile-cache", args.compile_cache] + ([] if backpressure else ["--no-backpressure"])
+        cmd = [
+            sys.executable,
+            "-m",
+            "specrag_jax.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            "--drafter",
+            args.drafter,
+            "--verifier",
+            args.verifier,
+            "--num-pages",
+            str(args.num_pages),
+            "--max-seq-len",
+            str(args.max_seq_len),
+            "--token-budget",
+            str(args.token_budget),
+            "--request-timeout",
+            "600",
+            "--max-inflight",
+            "64",
+            "--max-waiting",
+            "256",
+            "--warmup",
+            args.warmup_level,
+            "--compile-cache",
+            args.compile_cache,
+        ] + ([] if backpressure else ["--no-backpressure"])
         self.log = open(Path(args.log_dir) / f"serve_load_server_{'bp' if backpressure else 'nobp'}.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         t0 = time.monotonic()
@@ -122,8 +169,11 @@ class Server:
 
 
 def _post(client: httpx.Client, server: Server, args: argparse.Namespace, i: int) -> tuple[float, int]:
-    path, body = (("/v1/rag", rag_body(i, args.m, args.k)) if args.workload == "rag"
-                  else ("/v1/chat/completions", completion_body(i, args.max_tokens, getattr(args, "extras", False))))
+    path, body = (
+        ("/v1/rag", rag_body(i, args.m, args.k))
+        if args.workload == "rag"
+        else ("/v1/chat/completions", completion_body(i, args.max_tokens, getattr(args, "extras", False)))
+    )
     t0 = time.perf_counter()
     r = client.post(server.base + path, json=body, timeout=args.request_timeout)
     return time.perf_counter() - t0, r.status_code
@@ -132,10 +182,16 @@ def _post(client: httpx.Client, server: Server, args: argparse.Namespace, i: int
 def _summary(latencies: list[float], codes: list[int], wall: float, tokens: int) -> dict:
     ok = sorted(lat for lat, c in zip(latencies, codes) if c == 200)
     pct = lambda q: round(ok[min(len(ok) - 1, int(q * len(ok)))], 3) if ok else None  # noqa: E731
-    return {"requests": len(codes), "ok": len(ok), "errors": {str(c): codes.count(c) for c in set(codes) if c != 200},
-            "wall_s": round(wall, 3), "requests_per_s": round(len(ok) / wall, 4) if wall else None,
-            "tokens_per_s": round(tokens / wall, 2) if wall else None, "generated_tokens": tokens,
-            "latency_s": {"p50": pct(0.5), "p95": pct(0.95), "mean": round(statistics.fmean(ok), 3) if ok else None}}
+    return {
+        "requests": len(codes),
+        "ok": len(ok),
+        "errors": {str(c): codes.count(c) for c in set(codes) if c != 200},
+        "wall_s": round(wall, 3),
+        "requests_per_s": round(len(ok) / wall, 4) if wall else None,
+        "tokens_per_s": round(tokens / wall, 2) if wall else None,
+        "generated_tokens": tokens,
+        "latency_s": {"p50": pct(0.5), "p95": pct(0.95), "mean": round(statistics.fmean(ok), 3) if ok else None},
+    }
 
 
 def closed_loop(server: Server, args: argparse.Namespace, concurrency: int, n: int, offset: int = 0) -> dict:
@@ -195,9 +251,14 @@ def sampling_cost(server: Server, args: argparse.Namespace, rounds: int = 2) -> 
     for _ in range(rounds):
         for name, extras in (("off", False), ("on", True)):
             server.reset_prefix_cache()
-            out[name].append(closed_loop(server, argparse.Namespace(**{**vars(args), "workload": "chat",
-                                                                        "extras": extras}),
-                                         args.concurrency, args.requests))
+            out[name].append(
+                closed_loop(
+                    server,
+                    argparse.Namespace(**{**vars(args), "workload": "chat", "extras": extras}),
+                    args.concurrency,
+                    args.requests,
+                )
+            )
     off, on = (max(r["tokens_per_s"] or 0 for r in out[k]) for k in ("off", "on"))
     out["best_tokens_per_s"] = {"off": off, "on": on}
     out["tokens_per_s_on_over_off"] = round(on / off, 3) if off and on else None
@@ -207,21 +268,35 @@ def sampling_cost(server: Server, args: argparse.Namespace, rounds: int = 2) -> 
 
 def run(args: argparse.Namespace) -> dict:
     modes = {"both": [True, False], "on": [True], "off": [False]}[args.backpressure]
-    payload: dict = {"command": command_line(), "machine": machine_info(), "git": git_state(),
-                     "loadavg_start": loadavg(), "vm_max_map_count": _max_map_count(),
-                     "config": {k: v for k, v in vars(args).items() if k != "out"},
-                     "runs": {}}
+    payload: dict = {
+        "command": command_line(),
+        "machine": machine_info(),
+        "git": git_state(),
+        "loadavg_start": loadavg(),
+        "vm_max_map_count": _max_map_count(),
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        "runs": {},
+    }
     for bp in modes:
         name = "backpressure" if bp else "no_backpressure"
         server = Server(args, bp)
         try:
-            run_out: dict = {"startup_s": server.startup_s, "warmup": {
-                n: {k: e.get(k) for k in ("warmup_programs", "warmup_s")} for n, e in server.health().items()}}
+            run_out: dict = {
+                "startup_s": server.startup_s,
+                "warmup": {
+                    n: {k: e.get(k) for k in ("warmup_programs", "warmup_s")} for n, e in server.health().items()
+                },
+            }
             # Warm-up asks questions from the end of the set; the sweep asks fresh ones (rag_body).
             offset = UNIQUE_QUESTIONS - args.warmup * args.concurrency
             for i in range(args.warmup):  # a few requests on top of the server's own warm-up (tokenizers, jits)
-                closed_loop(server, args, 1 if i == 0 else args.concurrency, 1 if i == 0 else args.concurrency,
-                            offset=offset + args.concurrency * i)
+                closed_loop(
+                    server,
+                    args,
+                    1 if i == 0 else args.concurrency,
+                    1 if i == 0 else args.concurrency,
+                    offset=offset + args.concurrency * i,
+                )
             if bp or args.backpressure == "off":  # the same requests both ways, each from a cold prefix cache
                 server.reset_prefix_cache()
                 run_out["sequential"] = closed_loop(server, args, 1, args.requests)
@@ -238,12 +313,18 @@ def run(args: argparse.Namespace) -> dict:
                 sweep_offset += point["requests"]
                 # Held: every request served, p95 under the bound, and the server kept up (a short burst can meet
                 # the bound from the queue while the served rate falls far below the offered one).
-                point["held"] = bool(point["ok"] == point["requests"] and point["latency_s"]["p95"] is not None
-                                     and point["latency_s"]["p95"] <= args.p95_bound
-                                     and point["requests_per_s"] >= args.min_served_fraction * rate)
+                point["held"] = bool(
+                    point["ok"] == point["requests"]
+                    and point["latency_s"]["p95"] is not None
+                    and point["latency_s"]["p95"] <= args.p95_bound
+                    and point["requests_per_s"] >= args.min_served_fraction * rate
+                )
                 sweep.append(point)
-                print(f"[{name}] rate {rate}/s: p95 {point['latency_s']['p95']} s, held={point['held']}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[{name}] rate {rate}/s: p95 {point['latency_s']['p95']} s, held={point['held']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if not point["held"]:
                     break  # higher rates only queue more
             run_out["rate_sweep"] = sweep
@@ -269,22 +350,40 @@ def main(argv=None) -> int:
     p.add_argument("--requests", type=int, default=16, help="requests per measurement (upper bound)")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--max-time", type=float, default=600.0, help="seconds per closed-loop measurement (bound)")
-    p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",") if x], default=[0.1, 0.2, 0.4, 0.8],
-                   help="offered rates of the sweep ('' = no sweep)")
-    p.add_argument("--sampling-cost", action="store_true", help="also: chat decode tokens/s with logprobs and "
-                   "penalties on vs off (first server)")
+    p.add_argument(
+        "--rates",
+        type=lambda s: [float(x) for x in s.split(",") if x],
+        default=[0.1, 0.2, 0.4, 0.8],
+        help="offered rates of the sweep ('' = no sweep)",
+    )
+    p.add_argument(
+        "--sampling-cost",
+        action="store_true",
+        help="also: chat decode tokens/s with logprobs and penalties on vs off (first server)",
+    )
     p.add_argument("--sweep-time", type=float, default=60.0, help="seconds of arrivals per rate")
     p.add_argument("--sweep-requests", type=int, default=40, help="most requests per rate of the sweep")
-    p.add_argument("--min-served-fraction", type=float, default=0.8,
-                   help="a rate is held only if the served rate reaches this fraction of it (the tail's latency "
-                        "lowers the served rate a little even when the server keeps up)")
+    p.add_argument(
+        "--min-served-fraction",
+        type=float,
+        default=0.8,
+        help="a rate is held only if the served rate reaches this fraction of it (the tail's latency "
+        "lowers the served rate a little even when the server keeps up)",
+    )
     p.add_argument("--p95-bound", type=float, default=60.0, help="latency bound (s) for the rate sweep")
     p.add_argument("--backpressure", default="both", choices=["both", "on", "off"])
     p.add_argument("--warmup", type=int, default=2, help="warm-up rounds (1 sequential, then concurrent)")
-    p.add_argument("--warmup-level", default="full", choices=["none", "decode", "full"],
-                   help="the server's own step-shape warm-up (specrag serve --warmup)")
-    p.add_argument("--compile-cache", default=str(default_compile_cache()),
-                   help="the server's persistent compilation cache ('none' = off)")
+    p.add_argument(
+        "--warmup-level",
+        default="full",
+        choices=["none", "decode", "full"],
+        help="the server's own step-shape warm-up (specrag serve --warmup)",
+    )
+    p.add_argument(
+        "--compile-cache",
+        default=str(default_compile_cache()),
+        help="the server's persistent compilation cache ('none' = off)",
+    )
     p.add_argument("--num-pages", type=int, default=1024)
     p.add_argument("--max-seq-len", type=int, default=1024)
     p.add_argument("--token-budget", type=int, default=256)
@@ -297,9 +396,11 @@ def main(argv=None) -> int:
     path = write_results(args.out, payload)
     for name, r in payload["runs"].items():
         if "speedup" in r:
-            print(f"{name}: 1 at a time {r['sequential']['requests_per_s']} req/s, {args.concurrency} concurrent "
-                  f"{r['concurrent']['requests_per_s']} req/s (x{r['speedup']}); p95 "
-                  f"{r['concurrent']['latency_s']['p95']} s")
+            print(
+                f"{name}: 1 at a time {r['sequential']['requests_per_s']} req/s, {args.concurrency} concurrent "
+                f"{r['concurrent']['requests_per_s']} req/s (x{r['speedup']}); p95 "
+                f"{r['concurrent']['latency_s']['p95']} s"
+            )
         print(f"{name}: highest rate with p95 <= {args.p95_bound}s: {r['max_rate_with_p95_under_bound']}/s")
     print(f"wrote {path}")
     return 0

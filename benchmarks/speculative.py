@@ -53,8 +53,15 @@ def run_once(model, ids, speculation, max_new: int, stop) -> dict:
         t = time.perf_counter()
         [res] = model.generate_ids([ids], SamplingParams(), max_new, stop=stop, speculation=speculation)
         total = time.perf_counter() - t
-    return {"tokens": res.token_ids, "text": res.text, "prefill_s": res.prefill_s, "decode_s": res.decode_s,
-            "total_s": total, "compile_s": clock.seconds, "stats": res.speculation or SpeculationStats()}
+    return {
+        "tokens": res.token_ids,
+        "text": res.text,
+        "prefill_s": res.prefill_s,
+        "decode_s": res.decode_s,
+        "total_s": total,
+        "compile_s": clock.seconds,
+        "stats": res.speculation or SpeculationStats(),
+    }
 
 
 def top2_gap(model, ids: list[int]) -> float:
@@ -95,16 +102,16 @@ def step_costs(model, ids: list[int], budgets, repeats: int) -> dict:
                 times.append(time.perf_counter() - t)
             return min(times)
 
-        decode = best(lambda: r.sample(r.pack([Chunk(pages, n, [ids[-1]], rows=[0])], token_bucket=1),
-                                       SamplingBatch.greedy(1)))
+        decode = best(
+            lambda: r.sample(r.pack([Chunk(pages, n, [ids[-1]], rows=[0])], token_bucket=1), SamplingBatch.greedy(1))
+        )
         out = {"context_tokens": n, "decode_step_s": decode, "tree_step_s": {}}
         rng = np.random.default_rng(0)
         for b in budgets:
             props = [rng.integers(0, r.cfg.vocab_size, (b - 1) // 4).tolist() for _ in range(4)]
             tree = build_tree(props, ids[-1], b)
             chunk = Chunk(pages, n, tree.tokens, parents=tree.parents, positions=tree.positions(n))
-            t = best(lambda: r.speculate(r.pack([chunk], token_bucket=b), stack_trees([tree]),
-                                         SamplingBatch.greedy(1)))
+            t = best(lambda: r.speculate(r.pack([chunk], token_bucket=b), stack_trees([tree]), SamplingBatch.greedy(1)))
             out["tree_step_s"][str(b)] = t
             out.setdefault("tree_vs_decode", {})[str(b)] = round(t / decode, 3)
         return out
@@ -130,20 +137,29 @@ def paired_speedup(plain: list[dict], spec: list[dict]) -> dict:
         return sum(max(len(x["tokens"]) - 1, 0) for x in runs) / max(sum(x["decode_s"] for x in runs), 1e-9)
 
     a, b = rate([x for x, _ in pairs]), rate([y for _, y in pairs])
-    return {"paired_questions": len(pairs), "plain_decode_tokens_per_s": round(a, 3),
-            "decode_tokens_per_s": round(b, 3), "decode_speedup_vs_plain": round(b / a, 3) if a else None,
-            "answer_speedup_vs_plain": round(sum(x["total_s"] for x, _ in pairs)
-                                             / max(sum(y["total_s"] for _, y in pairs), 1e-9), 3)}
+    return {
+        "paired_questions": len(pairs),
+        "plain_decode_tokens_per_s": round(a, 3),
+        "decode_tokens_per_s": round(b, 3),
+        "decode_speedup_vs_plain": round(b / a, 3) if a else None,
+        "answer_speedup_vs_plain": round(
+            sum(x["total_s"] for x, _ in pairs) / max(sum(y["total_s"] for _, y in pairs), 1e-9), 3
+        ),
+    }
 
 
 def summarize_runs(runs: list[dict]) -> dict:
     timed_runs = [x for x in runs if timed(x)]
     decode_tokens = sum(max(len(x["tokens"]) - 1, 0) for x in timed_runs)
     decode_s = sum(x["decode_s"] for x in timed_runs)
-    return {"runs": len(runs), "timed_runs": len(timed_runs), "decode_tokens": decode_tokens,
-            "decode_tokens_per_s": round(decode_tokens / decode_s, 3) if decode_s else None,
-            "answer_s_mean": statistics.fmean(x["total_s"] for x in timed_runs) if timed_runs else None,
-            "speculation": combine_stats([x["stats"] for x in runs])}
+    return {
+        "runs": len(runs),
+        "timed_runs": len(timed_runs),
+        "decode_tokens": decode_tokens,
+        "decode_tokens_per_s": round(decode_tokens / decode_s, 3) if decode_s else None,
+        "answer_s_mean": statistics.fmean(x["total_s"] for x in timed_runs) if timed_runs else None,
+        "speculation": combine_stats([x["stats"] for x in runs]),
+    }
 
 
 def question_prompt(rag, row: dict, question: str | None = None) -> tuple[list[int], list, float]:
@@ -170,8 +186,7 @@ def answers_workload(args, rag, rows, proposers, full) -> tuple[dict, list[int]]
         first_ids = first_ids or ids
         plain = run_once(model, ids, None, max_new, ["\n"])
         chosen = [p for p in proposers if p in full or args.subset_limit is None or q <= args.subset_limit]
-        results = {p: run_once(model, ids, speculation(tok, drafts, p, args.budget), max_new, ["\n"])
-                   for p in chosen}
+        results = {p: run_once(model, ids, speculation(tok, drafts, p, args.budget), max_new, ["\n"]) for p in chosen}
         if q == 0:
             continue
         runs["plain"].append(plain)
@@ -183,27 +198,39 @@ def answers_workload(args, rag, rows, proposers, full) -> tuple[dict, list[int]]
             diff = compare(model, ids, plain["tokens"], res["tokens"])
             if diff:
                 mismatches.append({"question_id": row.get("question_id"), "proposer": p, **diff})
-        _log(f"q{q}: plain {len(plain['tokens'])} tok {plain['decode_s']:.2f}s | " + " | ".join(
-            f"{p} {r['stats'].steps} steps {r['decode_s']:.2f}s" for p, r in results.items())
-             + f" | mismatches so far {len(mismatches)}")
+        _log(
+            f"q{q}: plain {len(plain['tokens'])} tok {plain['decode_s']:.2f}s | "
+            + " | ".join(f"{p} {r['stats'].steps} steps {r['decode_s']:.2f}s" for p, r in results.items())
+            + f" | mismatches so far {len(mismatches)}"
+        )
     answers = {p: summarize_runs(v) for p, v in runs.items()}
     for p in proposers:  # against plain decoding of the same questions
         answers[p]["paired"] = paired_speedup(runs["plain"], runs[p])
     return {
         "questions": len(runs["plain"]),
-        "exactness": {"compared": sum(len(runs[p]) for p in proposers), "mismatches": len(mismatches),
-                      "near_ties": sum(m["near_tie"] for m in mismatches),
-                      "not_near_ties": sum(not m["near_tie"] for m in mismatches), "details": mismatches},
+        "exactness": {
+            "compared": sum(len(runs[p]) for p in proposers),
+            "mismatches": len(mismatches),
+            "near_ties": sum(m["near_tie"] for m in mismatches),
+            "not_near_ties": sum(not m["near_tie"] for m in mismatches),
+            "details": mismatches,
+        },
         "answers": answers,
-        "latency_s": {"standard_mean": statistics.fmean(standard_s), "drafting_mean": statistics.fmean(drafting_s),
-                      "standard_same_questions_mean": {p: statistics.fmean(standard_s[: len(v)])
-                                                       for p, v in lossless_s.items() if v},
-                      **{f"lossless_{p}_mean": statistics.fmean(v) for p, v in lossless_s.items() if v}},
+        "latency_s": {
+            "standard_mean": statistics.fmean(standard_s),
+            "drafting_mean": statistics.fmean(drafting_s),
+            "standard_same_questions_mean": {
+                p: statistics.fmean(standard_s[: len(v)]) for p, v in lossless_s.items() if v
+            },
+            **{f"lossless_{p}_mean": statistics.fmean(v) for p, v in lossless_s.items() if v},
+        },
     }, first_ids
 
 
-COPY_PROMPT = ("Repeat all of the evidence passages above exactly, word for word, one after another, with their "
-               "numbers and titles. (They were retrieved for: {question})")
+COPY_PROMPT = (
+    "Repeat all of the evidence passages above exactly, word for word, one after another, with their "
+    "numbers and titles. (They were retrieved for: {question})"
+)
 
 
 def copy_workload(args, rag, rows, proposers) -> dict:
@@ -221,8 +248,10 @@ def copy_workload(args, rag, rows, proposers) -> dict:
             diff = compare(model, ids, plain["tokens"], res["tokens"])
             if diff:
                 mismatches.append({"question_id": row.get("question_id"), "proposer": p, **diff})
-        _log(f"copy: plain {len(plain['tokens'])} tok {plain['decode_s']:.2f}s, " + ", ".join(
-            f"{p} {copy[p][-1]['decode_s']:.2f}s" for p in proposers))
+        _log(
+            f"copy: plain {len(plain['tokens'])} tok {plain['decode_s']:.2f}s, "
+            + ", ".join(f"{p} {copy[p][-1]['decode_s']:.2f}s" for p in proposers)
+        )
     summary = {p: summarize_runs(v) for p, v in copy.items()}
     for p in proposers:
         summary[p]["paired"] = paired_speedup(copy["plain"], copy[p])
@@ -235,11 +264,18 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=50)
     ap.add_argument("--drafter", default=DEFAULT_DRAFTER)
     ap.add_argument("--verifier", default=DEFAULT_VERIFIER)
-    ap.add_argument("--proposers", default="ngram,drafts,both",
-                    help="variants, PROPOSER or PROPOSER@BUDGET (default budget: --budget)")
+    ap.add_argument(
+        "--proposers",
+        default="ngram,drafts,both",
+        help="variants, PROPOSER or PROPOSER@BUDGET (default budget: --budget)",
+    )
     ap.add_argument("--full", default="both", help="variants run on every question (the rest: --subset-limit)")
-    ap.add_argument("--subset-limit", type=int, default=None,
-                    help="run the other variants on the first N questions only (each run prefills again)")
+    ap.add_argument(
+        "--subset-limit",
+        type=int,
+        default=None,
+        help="run the other variants on the first N questions only (each run prefills again)",
+    )
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--copy-limit", type=int, default=8, help="questions of the copy-heavy workload")
     ap.add_argument("--copy-tokens", type=int, default=128)
@@ -259,7 +295,7 @@ def main() -> None:
     if "answers" in workloads:
         payload["answers_workload"], first_ids = answers_workload(args, rag, rows, proposers, full)
     if "copy" in workloads:
-        payload["copy_heavy"] = copy_workload(args, rag, rows[1: 1 + args.copy_limit], proposers)
+        payload["copy_heavy"] = copy_workload(args, rag, rows[1 : 1 + args.copy_limit], proposers)
     if "steps" in workloads:
         first_ids = first_ids or question_prompt(rag, rows[0])[0]
         payload["step_costs"] = step_costs(model, first_ids, (8, 16, 32, 64), args.step_repeats)

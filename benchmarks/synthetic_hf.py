@@ -25,10 +25,21 @@ DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat
 
 def llama_config(**overrides: Any) -> dict[str, Any]:
     """A Llama ``config.json`` dict (small defaults; override sizes to make big tensors)."""
-    return {"model_type": "llama", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 64,
-            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-            "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 1e4,
-            "tie_word_embeddings": False, **overrides}
+    return {
+        "model_type": "llama",
+        "vocab_size": 96,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "max_position_embeddings": 128,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 1e4,
+        "tie_word_embeddings": False,
+        **overrides,
+    }
 
 
 def hf_tensors(raw: dict[str, Any], fused_experts: bool = False) -> Iterator[tuple[str, tuple[int, ...]]]:
@@ -55,9 +66,15 @@ def hf_tensors(raw: dict[str, Any], fused_experts: bool = False) -> Iterator[tup
                     yield name, tuple(hf)
 
 
-def write_checkpoint(directory: str | Path, raw: dict[str, Any], dtype: str = "float32", seed: int = 0,
-                     shard_bytes: int = 1 << 62, fused_experts: bool = False,
-                     extra: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+def write_checkpoint(
+    directory: str | Path,
+    raw: dict[str, Any],
+    dtype: str = "float32",
+    seed: int = 0,
+    shard_bytes: int = 1 << 62,
+    fused_experts: bool = False,
+    extra: dict[str, np.ndarray] | None = None,
+) -> dict[str, Any]:
     """Write ``raw`` as config.json and its tensors in shards of about ``shard_bytes`` (an index when more than
     one); ``extra`` tensors are appended. Returns sizes: ``bytes`` (all files), ``largest_tensor_bytes``,
     ``shards``, ``tensors``."""

@@ -48,8 +48,13 @@ def apply(rows: list[dict], tau: float | None) -> dict:
         fallbacks += falls
         correct.append(std["correct"] if falls else spec["correct"])
         latency.append(spec["latency_s"] + (std["latency_s"] if falls else 0.0))
-    return {"n": len(rows), "accuracy": sum(correct) / len(rows), "latency_mean_s": statistics.fmean(latency),
-            "latency_median_s": statistics.median(latency), "fallbacks": fallbacks}
+    return {
+        "n": len(rows),
+        "accuracy": sum(correct) / len(rows),
+        "latency_mean_s": statistics.fmean(latency),
+        "latency_median_s": statistics.median(latency),
+        "fallbacks": fallbacks,
+    }
 
 
 def choose_tau(rows: list[dict]) -> float | None:
@@ -66,16 +71,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     rows = questions(Path(args.predictions))
-    tune, test = rows[: args.tune], rows[args.tune:]
+    tune, test = rows[: args.tune], rows[args.tune :]
     tau = choose_tau(tune)
-    result = {**run_header(), "predictions": args.predictions, "tau_min": tau,
-              "tune": {"questions": len(tune), "with_fallback": apply(tune, tau), "speculative": apply(tune, None)},
-              "test": {"questions": len(test), "with_fallback": apply(test, tau), "speculative": apply(test, None),
-                       "standard": {"accuracy": sum(q["standard"]["correct"] for q in test) / max(len(test), 1),
-                                    "latency_mean_s": statistics.fmean(q["standard"]["latency_s"] for q in test)
-                                    if test else 0.0}},
-              "sources": {"tune": sorted({q["standard"]["data_source"] for q in tune}),
-                          "test": sorted({q["standard"]["data_source"] for q in test})}}
+    result = {
+        **run_header(),
+        "predictions": args.predictions,
+        "tau_min": tau,
+        "tune": {"questions": len(tune), "with_fallback": apply(tune, tau), "speculative": apply(tune, None)},
+        "test": {
+            "questions": len(test),
+            "with_fallback": apply(test, tau),
+            "speculative": apply(test, None),
+            "standard": {
+                "accuracy": sum(q["standard"]["correct"] for q in test) / max(len(test), 1),
+                "latency_mean_s": statistics.fmean(q["standard"]["latency_s"] for q in test) if test else 0.0,
+            },
+        },
+        "sources": {
+            "tune": sorted({q["standard"]["data_source"] for q in tune}),
+            "test": sorted({q["standard"]["data_source"] for q in test}),
+        },
+    }
     print(json.dumps({k: result[k] for k in ("tau_min", "tune", "test")}, indent=1))
     if args.out:
         write_results(args.out, result)

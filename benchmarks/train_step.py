@@ -73,8 +73,14 @@ def main() -> None:
     optimizer = make_optimizer(OptimConfig(lr=1e-4, warmup=2, steps=max(args.steps, 3)))
     state = sh.make_state(None, cfg, trainable, args.mode, optimizer)
     frozen = sh.place_frozen(None, cfg, frozen)
-    fns = make_steps(cfg, optimizer, mode=args.mode, lora_scale=lora.scale if args.mode == "lora" else 1.0,
-                     max_segments=8, dtype=args.dtype)
+    fns = make_steps(
+        cfg,
+        optimizer,
+        mode=args.mode,
+        lora_scale=lora.scale if args.mode == "lora" else 1.0,
+        max_segments=8,
+        dtype=args.dtype,
+    )
     plan = BatchPlan(args.batch, (args.length,), 8)
     batches = plan.batches(examples(args.batch * 2 * (args.steps + 1), args.length, cfg.vocab_size), seed=0)
     times, tokens, losses = [], [], []
@@ -88,17 +94,26 @@ def main() -> None:
         tokens.append(b.num_tokens)
     steady = times[1:]
     result = {
-        **run_header(), "model": args.model, "mode": args.mode, "dtype": args.dtype, "batch_rows": args.batch,
-        "row_length": args.length, "lora_rank": args.rank if args.mode == "lora" else None,
-        "trainable_params": count_params(state.trainable), "load_s": round(load_s, 2),
-        "first_step_s": round(times[0], 2), "step_s": summarize(steady, best=min(steady)),
+        **run_header(),
+        "model": args.model,
+        "mode": args.mode,
+        "dtype": args.dtype,
+        "batch_rows": args.batch,
+        "row_length": args.length,
+        "lora_rank": args.rank if args.mode == "lora" else None,
+        "trainable_params": count_params(state.trainable),
+        "load_s": round(load_s, 2),
+        "first_step_s": round(times[0], 2),
+        "step_s": summarize(steady, best=min(steady)),
         "tokens_per_step": round(float(np.mean(tokens[1:])), 1),
         "tokens_per_s": round(sum(tokens[1:]) / sum(steady), 1),
         "loss_first_last": [losses[0], losses[-1]],
         "devices": str(jax.devices()[0].platform),
     }
-    print(f"{args.model} {args.mode}: {result['tokens_per_s']} tokens/s "
-          f"({result['tokens_per_step']} tokens/step, {np.mean(steady):.3f} s/step; first step {times[0]:.1f} s)")
+    print(
+        f"{args.model} {args.mode}: {result['tokens_per_s']} tokens/s "
+        f"({result['tokens_per_step']} tokens/step, {np.mean(steady):.3f} s/step; first step {times[0]:.1f} s)"
+    )
     out = args.out or RESULTS_DIR / f"train_step_{args.model.split('-')[0]}_{args.mode}.json"
     write_results(out, result)
 

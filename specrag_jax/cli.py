@@ -19,8 +19,11 @@ def _add_quiet(p: argparse.ArgumentParser) -> None:
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate text with one model")
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"a known name ({', '.join(sorted(KNOWN_MODELS))}), a .gguf file or an HF directory")
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"a known name ({', '.join(sorted(KNOWN_MODELS))}), a .gguf file or an HF directory",
+    )
     p.add_argument("--prompt", required=True, help="prompt text")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -34,9 +37,13 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attention-impl", default="reference")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the converted-weights cache")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--speculative", default="none", metavar="PROPOSER",
-                   help="decode with token-tree speculation: none (default) or ngram (prompt lookup); the output "
-                        "is the model's own (greedy: identical), in fewer steps")
+    p.add_argument(
+        "--speculative",
+        default="none",
+        metavar="PROPOSER",
+        help="decode with token-tree speculation: none (default) or ngram (prompt lookup); the output "
+        "is the model's own (greedy: identical), in fewer steps",
+    )
     p.add_argument("--spec-budget", type=int, default=16, help="largest token tree per step: 8, 16, 32 or 64")
     _add_quiet(p)
     from specrag_jax.parallel.cli import add_mesh_arguments
@@ -51,8 +58,10 @@ def _generate_speculation(args: argparse.Namespace):
     from specrag_jax.models.speculative.tree import check_budget
 
     if args.speculative not in ("none", "ngram"):
-        raise SpecRagError(f"unknown proposer {args.speculative!r} for --speculative (choose one of none, ngram; "
-                           f"draft proposals come from `specrag ask --method lossless`)")
+        raise SpecRagError(
+            f"unknown proposer {args.speculative!r} for --speculative (choose one of none, ngram; "
+            f"draft proposals come from `specrag ask --method lossless`)"
+        )
     check_budget(args.spec_budget)
     return None if args.speculative == "none" else Speculation(NgramProposer(), args.spec_budget)
 
@@ -72,8 +81,15 @@ def _generate(args: argparse.Namespace) -> int:
     placement = placement_from_args(args)  # before loading: a bad --mesh fails fast
     progress: Progress = args.progress
     with stage(progress, f"loading {args.model}"):
-        model = TextModel.load(args.model, dtype=args.dtype, max_seq_len=args.max_seq_len, max_batch=1,
-                               attention_impl=args.attention_impl, cache=not args.no_cache, placement=placement)
+        model = TextModel.load(
+            args.model,
+            dtype=args.dtype,
+            max_seq_len=args.max_seq_len,
+            max_batch=1,
+            attention_impl=args.attention_impl,
+            cache=not args.no_cache,
+            placement=placement,
+        )
         # bad input (a prompt too long) fails here, so its one error line is all that stderr shows
         model.generator.check_prompt(model.encode_prompt(args.prompt, args.chat), args.max_new_tokens)
         if speculation is not None:
@@ -88,33 +104,42 @@ def _generate(args: argparse.Namespace) -> int:
         result = model.generate_ids(ids, sampling, args.max_new_tokens, args.stop, speculation=speculation)[0]
     n_decode = max(len(result.token_ids) - 1, 0)  # the first token comes from prefill
     rate = n_decode / result.decode_s if result.decode_s > 0 else 0.0
-    progress.end("generation", result.prefill_s + result.decode_s,
-                 f"{result.num_prompt_tokens} prompt + {len(result.token_ids)} new tokens, prefill "
-                 f"{result.prefill_s:.2f} s, decode {result.decode_s:.2f} s ({rate:.1f} tok/s), in all")
+    progress.end(
+        "generation",
+        result.prefill_s + result.decode_s,
+        f"{result.num_prompt_tokens} prompt + {len(result.token_ids)} new tokens, prefill "
+        f"{result.prefill_s:.2f} s, decode {result.decode_s:.2f} s ({rate:.1f} tok/s), in all",
+    )
     progress.note(f"  of which {clock.stats.summary()}")
     spec = None
     if result.speculation is not None:
         from specrag_jax.models.speculative.decode import combine_stats
 
         spec = combine_stats([result.speculation])
-        progress.note(f"  speculation: {spec['steps']} decode steps, {spec['accepted_tokens_per_step']:.2f} tokens "
-                      f"and {spec['proposed_tokens_per_step']:.1f} proposed per step")
+        progress.note(
+            f"  speculation: {spec['steps']} decode steps, {spec['accepted_tokens_per_step']:.2f} tokens "
+            f"and {spec['proposed_tokens_per_step']:.1f} proposed per step"
+        )
     if args.json:
-        print(json.dumps({
-            "model": args.model,
-            "text": result.text,
-            "token_ids": result.token_ids,
-            "num_prompt_tokens": result.num_prompt_tokens,
-            "num_generated_tokens": len(result.token_ids),
-            "finish_reason": result.finish_reason,
-            "timings": {
-                "load_s": round(model.load_s, 4),
-                "prefill_s": round(result.prefill_s, 4),
-                "decode_s": round(result.decode_s, 4),
-                "decode_tokens_per_s": round(rate, 3),
-            },
-            **({"speculation": spec} if spec is not None else {}),
-        }))
+        print(
+            json.dumps(
+                {
+                    "model": args.model,
+                    "text": result.text,
+                    "token_ids": result.token_ids,
+                    "num_prompt_tokens": result.num_prompt_tokens,
+                    "num_generated_tokens": len(result.token_ids),
+                    "finish_reason": result.finish_reason,
+                    "timings": {
+                        "load_s": round(model.load_s, 4),
+                        "prefill_s": round(result.prefill_s, 4),
+                        "decode_s": round(result.decode_s, 4),
+                        "decode_tokens_per_s": round(rate, 3),
+                    },
+                    **({"speculation": spec} if spec is not None else {}),
+                }
+            )
+        )
     else:
         print(result.text)
     return 0
@@ -125,35 +150,62 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
     from specrag_jax.pipeline.specrag import DEFAULT_CONSENSUS, DEFAULT_SELECTION, DEFAULT_TAU_MIN
 
     p.add_argument("--drafter", default=DEFAULT_DRAFTER)
-    p.add_argument("--drafter-adapter", default=None, metavar="DIR",
-                   help="a `specrag train --out` folder, a `specrag export-adapter` folder, a shipped adapter's "
-                        "name, or 'none': merged into the drafter at load (default: the drafter's shipped tuned "
-                        "adapter, smollm2-rag-drafter for smollm2-135m-instruct)")
+    p.add_argument(
+        "--drafter-adapter",
+        default=None,
+        metavar="DIR",
+        help="a `specrag train --out` folder, a `specrag export-adapter` folder, a shipped adapter's "
+        "name, or 'none': merged into the drafter at load (default: the drafter's shipped tuned "
+        "adapter, smollm2-rag-drafter for smollm2-135m-instruct)",
+    )
     p.add_argument("--verifier", default=DEFAULT_VERIFIER)
-    p.add_argument("--max-seq-len", type=int, default=2048,
-                   help="context of both models in tokens (up to the model's own limit; pages follow it)")
+    p.add_argument(
+        "--max-seq-len",
+        type=int,
+        default=2048,
+        help="context of both models in tokens (up to the model's own limit; pages follow it)",
+    )
     p.add_argument("--n-docs", type=int, default=10, help="documents retrieved (or read from the passages)")
     p.add_argument("--m", type=int, default=5, help="number of drafts")
     p.add_argument("--k", type=int, default=2, help="number of clusters (one document per cluster per draft)")
     p.add_argument("--normalize", default="mean", choices=["sum", "mean"], help="score: raw or per-token mean")
     p.add_argument("--terms", default="draft,sc,sr", help="rho's score terms (ablations), e.g. draft,sc")
-    p.add_argument("--selection", default=DEFAULT_SELECTION,
-                   help="how the verifier picks a draft: rho (question + draft only, the paper's), evidence (each "
-                        "draft with its own passages), rho+agg or evidence+agg (agreeing answers pool their scores)")
-    p.add_argument("--tau-min", default=DEFAULT_TAU_MIN,
-                   help="the cascade's confidence floor in [0, 1]: below it the answer comes from --fallback "
-                        "(0 or 'none': always accept the selected draft)")
+    p.add_argument(
+        "--selection",
+        default=DEFAULT_SELECTION,
+        help="how the verifier picks a draft: rho (question + draft only, the paper's), evidence (each "
+        "draft with its own passages), rho+agg or evidence+agg (agreeing answers pool their scores)",
+    )
+    p.add_argument(
+        "--tau-min",
+        default=DEFAULT_TAU_MIN,
+        help="the cascade's confidence floor in [0, 1]: below it the answer comes from --fallback "
+        "(0 or 'none': always accept the selected draft)",
+    )
     p.add_argument("--fallback", default="standard", choices=["standard", "unanswerable"])
-    p.add_argument("--consensus", dest="consensus", action="store_true", default=DEFAULT_CONSENSUS,
-                   help="accept unanimous drafts without verification (the consensus fast path; off by default: "
-                        "chosen on the train split)")
+    p.add_argument(
+        "--consensus",
+        dest="consensus",
+        action="store_true",
+        default=DEFAULT_CONSENSUS,
+        help="accept unanimous drafts without verification (the consensus fast path; off by default: "
+        "chosen on the train split)",
+    )
     p.add_argument("--no-consensus", dest="consensus", action="store_false", help="always verify (the default)")
-    p.add_argument("--verifier-prompt", default="auto", choices=["auto", "chat", "plain"],
-                   help="verifier prompts through its chat template (auto: when it is instruction-tuned)")
+    p.add_argument(
+        "--verifier-prompt",
+        default="auto",
+        choices=["auto", "chat", "plain"],
+        help="verifier prompts through its chat template (auto: when it is instruction-tuned)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--proposer", default="both", help="lossless method's proposals: ngram, drafts or both")
-    p.add_argument("--spec-budget", type=int, default=16,
-                   help="lossless method's largest token tree per verifier step: 8, 16, 32 or 64")
+    p.add_argument(
+        "--spec-budget",
+        type=int,
+        default=16,
+        help="lossless method's largest token tree per verifier step: 8, 16, 32 or 64",
+    )
     from specrag_jax.rerank.options import add_rerank_arguments
 
     add_rerank_arguments(p)
@@ -171,13 +223,22 @@ def _build_rag(args: argparse.Namespace, corpus, config):
     placements = placements_from_args(args)
     progress: Progress = args.progress
     with stage(progress, "loading") as detail:
-        rag = build_specrag(args.drafter, args.verifier, corpus, config, kv_dir=args.kv_store,
-                            drafter_adapter=args.drafter_adapter, max_seq_len=args.max_seq_len,
-                            drafter_placement=placements.drafter,
-                            verifier_placement=placements.verifier)
-        detail.append(f"drafter {args.drafter} {getattr(rag.drafter, 'load_s', 0.0):.1f} s, verifier "
-                      f"{args.verifier} {getattr(rag.verifier, 'load_s', 0.0):.1f} s, BM25 index over "
-                      f"{args.corpus or 'the built-in corpus'}; in all")
+        rag = build_specrag(
+            args.drafter,
+            args.verifier,
+            corpus,
+            config,
+            kv_dir=args.kv_store,
+            drafter_adapter=args.drafter_adapter,
+            max_seq_len=args.max_seq_len,
+            drafter_placement=placements.drafter,
+            verifier_placement=placements.verifier,
+        )
+        detail.append(
+            f"drafter {args.drafter} {getattr(rag.drafter, 'load_s', 0.0):.1f} s, verifier "
+            f"{args.verifier} {getattr(rag.verifier, 'load_s', 0.0):.1f} s, BM25 index over "
+            f"{args.corpus or 'the built-in corpus'}; in all"
+        )
     return rag
 
 
@@ -200,15 +261,27 @@ def _rag_config(args: argparse.Namespace):
     scores = ScoreOptions(normalize=args.normalize, terms=tuple(t for t in args.terms.split(",") if t))
     if args.max_seq_len < 64:
         raise SpecRagError(f"--max-seq-len must be >= 64 tokens (got {args.max_seq_len})")
-    cfg = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k, scores=scores, selection=args.selection,
-                    tau_min=_tau(args.tau_min),
-                    fallback=args.fallback, consensus=args.consensus, seed=args.seed,
-                    verifier_prompt=args.verifier_prompt, proposer=args.proposer, tree_budget=args.spec_budget,
-                    **rerank_fields(args))
+    cfg = RAGConfig(
+        n_docs=args.n_docs,
+        m=args.m,
+        k=args.k,
+        scores=scores,
+        selection=args.selection,
+        tau_min=_tau(args.tau_min),
+        fallback=args.fallback,
+        consensus=args.consensus,
+        seed=args.seed,
+        verifier_prompt=args.verifier_prompt,
+        proposer=args.proposer,
+        tree_budget=args.spec_budget,
+        **rerank_fields(args),
+    )
     cfg.check()
     if cfg.progressive_prefill:  # refused before loading models (pipeline/progressive.py)
-        raise SpecRagError("--progressive-prefill needs the serving engines' prefix cache (specrag serve); ask and "
-                           "eval run the direct executor, which has none")
+        raise SpecRagError(
+            "--progressive-prefill needs the serving engines' prefix cache (specrag serve); ask and "
+            "eval run the direct executor, which has none"
+        )
     return cfg
 
 
@@ -250,29 +323,53 @@ def _ask(args: argparse.Namespace) -> int:
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="accuracy and latency of each method on a RetrievalQA, Self-RAG or MuSiQue "
-                                    "file")
-    p.add_argument("--data", action="append", default=[], metavar="FILE",
-                   help="evaluation file (RetrievalQA, Self-RAG or MuSiQue); repeat it to run a suite (Table 1)")
-    p.add_argument("--suite", default=None, metavar="DIR",
-                   help="run every *.jsonl/*.json file in DIR (format and task of each inferred) and write Table 1 "
-                        "(table.json, table.md, and each file's results in a subfolder of --out)")
+    p = sub.add_parser("eval", help="accuracy and latency of each method on a RetrievalQA, Self-RAG or MuSiQue file")
+    p.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="evaluation file (RetrievalQA, Self-RAG or MuSiQue); repeat it to run a suite (Table 1)",
+    )
+    p.add_argument(
+        "--suite",
+        default=None,
+        metavar="DIR",
+        help="run every *.jsonl/*.json file in DIR (format and task of each inferred) and write Table 1 "
+        "(table.json, table.md, and each file's results in a subfolder of --out)",
+    )
     p.add_argument("--methods", default="closed_book,standard,speculative,drafter_only,random_draft")
-    p.add_argument("--offset", type=int, default=0,
-                   help="skip the first OFFSET questions (e.g. the ones a drafter adapter was trained on)")
+    p.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        help="skip the first OFFSET questions (e.g. the ones a drafter adapter was trained on)",
+    )
     p.add_argument("--limit", type=int, default=None, help="evaluate at most LIMIT questions after the offset")
     add_split_options(p)
     p.add_argument("--json", action="store_true", help="print the results object as JSON")
     p.add_argument("--out", default=None, help="folder for results.json, predictions.jsonl and a plot")
-    p.add_argument("--corpus", default=None, help="retrieve from this corpus (BM25) instead of each question's own "
-                   "passages; reports recall_own_passages (benchmarks/pool_corpus.py pools a data file's passages)")
+    p.add_argument(
+        "--corpus",
+        default=None,
+        help="retrieve from this corpus (BM25) instead of each question's own "
+        "passages; reports recall_own_passages (benchmarks/pool_corpus.py pools a data file's passages)",
+    )
     from specrag_jax.pipeline.datasets import FORMATS, TASKS
 
-    p.add_argument("--format", default="auto", choices=("auto",) + FORMATS,
-                   help="the data file's format (auto: from the first row's fields)")
-    p.add_argument("--task", default=None, metavar="|".join(TASKS),
-                   help="the metric and the paper's --n-docs/--m/--k defaults (default: from the format and fields; "
-                        "an unknown task is a one-line error)")
+    p.add_argument(
+        "--format",
+        default="auto",
+        choices=("auto",) + FORMATS,
+        help="the data file's format (auto: from the first row's fields)",
+    )
+    p.add_argument(
+        "--task",
+        default=None,
+        metavar="|".join(TASKS),
+        help="the metric and the paper's --n-docs/--m/--k defaults (default: from the format and fields; "
+        "an unknown task is a one-line error)",
+    )
     _add_rag_options(p)
     p.set_defaults(n_docs=None, m=None, k=None)  # filled from the task's defaults in _eval
 
@@ -294,8 +391,12 @@ def _eval(args: argparse.Namespace) -> int:
         raise SpecRagError("eval needs --data FILE (repeat it for a suite) or --suite DIR")
     stop = None if args.limit is None or args.split != "all" else args.offset + args.limit  # read no further
     if args.suite is not None or len(args.data) > 1:  # Table 1 (pipeline/suite_cli.py)
-        return eval_suite(args, stop, lambda: _build_rag(args, None, _rag_config(args)),
-                          lambda rows, path: _pick_rows(args, rows, path))
+        return eval_suite(
+            args,
+            stop,
+            lambda: _build_rag(args, None, _rag_config(args)),
+            lambda rows, path: _pick_rows(args, rows, path),
+        )
     args.data = args.data[0]
     data = load_rows(args.data, args.format, args.task, stop)
     for name, value in file_settings(data.task, vars(args)).items():  # the paper's n_docs, m, k unless given
@@ -316,14 +417,16 @@ def _eval(args: argparse.Namespace) -> int:
         print(json.dumps(results))
     else:
         for name, m in results["methods"].items():
-            print(f"{name:14s} acc {100 * m['accuracy']:5.1f}%  latency mean {m['latency_s']['mean']:.2f}s "
-                  f"p95 {m['latency_s']['p95']:.2f}s  tokens/q {m['tokens']['per_question']:.0f}")
+            print(
+                f"{name:14s} acc {100 * m['accuracy']:5.1f}%  latency mean {m['latency_s']['mean']:.2f}s "
+                f"p95 {m['latency_s']['p95']:.2f}s  tokens/q {m['tokens']['per_question']:.0f}"
+            )
     return 0
 
 
 def _pick_rows(args: argparse.Namespace, rows: list[dict], path) -> list[dict]:
     """The rows ``--split``, ``--offset`` and ``--limit`` keep (a one-line error when none)."""
-    rows = split_rows(rows, args.split, args.holdout_fraction)[args.offset:]
+    rows = split_rows(rows, args.split, args.holdout_fraction)[args.offset :]
     rows = rows if args.limit is None else rows[: args.limit]
     if not rows:
         raise SpecRagError(f"--split {args.split} --offset {args.offset} leaves no questions in {path}")

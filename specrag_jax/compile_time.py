@@ -48,9 +48,11 @@ class CompileStats:
 
     def summary(self) -> str:
         """One line: ``XLA 1.6 s once (trace 0.9, lower 0.2, compile 0.0, cache load 0.6; 14/14 cached)``."""
-        return (f"XLA {self.total_s:.1f} s once (trace {self.trace_s:.1f}, lower {self.lower_s:.1f}, "
-                f"compile {self.xla_compile_s:.1f}, cache load {self.cache_load_s:.1f}; "
-                f"{self.cache_hits}/{self.programs} programs from the disk cache)")
+        return (
+            f"XLA {self.total_s:.1f} s once (trace {self.trace_s:.1f}, lower {self.lower_s:.1f}, "
+            f"compile {self.xla_compile_s:.1f}, cache load {self.cache_load_s:.1f}; "
+            f"{self.cache_hits}/{self.programs} programs from the disk cache)"
+        )
 
 
 _lock = threading.Lock()
@@ -79,8 +81,9 @@ def compile_stats() -> CompileStats:
             jax.monitoring.register_event_listener(_on_event)
             _installed[0] = True
         t = dict(_totals)
-    return CompileStats(t["trace_s"], t["lower_s"], t["backend_s"], t["cache_load_s"], int(t["programs"]),
-                        int(t["cache_hits"]))
+    return CompileStats(
+        t["trace_s"], t["lower_s"], t["backend_s"], t["cache_load_s"], int(t["programs"]), int(t["cache_hits"])
+    )
 
 
 def compile_seconds() -> float:

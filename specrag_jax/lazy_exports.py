@@ -11,8 +11,9 @@ import importlib
 from typing import Any, Callable, Mapping
 
 
-def lazy_exports(package: str, exports: Mapping[str, tuple[str, ...]]
-                 ) -> tuple[list[str], Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    package: str, exports: Mapping[str, tuple[str, ...]]
+) -> tuple[list[str], Callable[[str], Any], Callable[[], list[str]]]:
     """``__all__``, ``__getattr__`` and ``__dir__`` for ``package`` exporting ``exports`` (submodule, relative
     to the package -> the public names it defines)."""
     where = {name: f"{package}.{module}" for module, names in exports.items() for name in names}

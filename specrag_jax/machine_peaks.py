@@ -31,8 +31,11 @@ class MachinePeaks:
     source: str  # "measured" or a DEVICE_PEAKS name
 
     def to_dict(self) -> dict:
-        return {"matmul_gflops": round(self.flops_per_s / 1e9, 1), "bandwidth_gbps": round(self.bytes_per_s / 1e9, 2),
-                "source": self.source}
+        return {
+            "matmul_gflops": round(self.flops_per_s / 1e9, 1),
+            "bandwidth_gbps": round(self.bytes_per_s / 1e9, 2),
+            "source": self.source,
+        }
 
 
 def best_time(fn: Callable[[], Any], repeats: int) -> float:

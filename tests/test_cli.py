@@ -24,8 +24,9 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 
 @pytest.mark.slow
 def test_generate_json_contract(capsys):
-    code, out, err = run_cli(capsys, "generate", "--model", SMOL, "--prompt", "Name a colour.", "--chat",
-                             "--max-new-tokens", "6", "--json")
+    code, out, err = run_cli(
+        capsys, "generate", "--model", SMOL, "--prompt", "Name a colour.", "--chat", "--max-new-tokens", "6", "--json"
+    )
     assert code == 0, err
     obj = json.loads(out)
     assert obj["model"] == SMOL
@@ -50,15 +51,30 @@ def test_generate_speculative_ngram_equals_plain(capsys):
 
 @pytest.mark.slow
 def test_sampling_with_seed_is_reproducible(capsys):
-    args = ["generate", "--model", SMOL, "--prompt", "Once upon a time", "--max-new-tokens", "5",
-            "--temperature", "0.8", "--top-p", "0.9", "--seed", "11", "--json"]
+    args = [
+        "generate",
+        "--model",
+        SMOL,
+        "--prompt",
+        "Once upon a time",
+        "--max-new-tokens",
+        "5",
+        "--temperature",
+        "0.8",
+        "--top-p",
+        "0.9",
+        "--seed",
+        "11",
+        "--json",
+    ]
     first = json.loads(run_cli(capsys, *args)[1])["token_ids"]
     assert json.loads(run_cli(capsys, *args)[1])["token_ids"] == first
 
 
 def test_console_entry_point_help():
-    proc = subprocess.run([sys.executable, "-m", "specrag_jax.cli", "generate", "--help"], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specrag_jax.cli", "generate", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and "--max-new-tokens" in proc.stdout
 
 
@@ -91,11 +107,17 @@ def truncated_smollm(tmp_path):
         ("top_p", ["--model", SMOL, "--top-p", "0"], "top_p must be in (0, 1]"),
         ("top_k", ["--model", SMOL, "--top-k", "-3"], "top_k must be >= 0"),
         ("max_new", ["--model", SMOL, "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
-        ("too_long", ["--model", SMOL, "--max-seq-len", "16", "--prompt", "word " * 40],
-         "exceeds the context of 16 tokens"),
+        (
+            "too_long",
+            ["--model", SMOL, "--max-seq-len", "16", "--prompt", "word " * 40],
+            "exceeds the context of 16 tokens",
+        ),
         ("spec_proposer", ["--model", SMOL, "--speculative", "medusa"], "unknown proposer 'medusa' for --speculative"),
-        ("spec_budget", ["--model", SMOL, "--speculative", "ngram", "--spec-budget", "12"],
-         "tree budget must be one of 8, 16, 32, 64"),
+        (
+            "spec_budget",
+            ["--model", SMOL, "--speculative", "ngram", "--spec-budget", "12"],
+            "tree budget must be one of 8, 16, 32, 64",
+        ),
         ("spec_context", ["--model", SMOL, "--speculative", "ngram", "--max-seq-len", "8"], "cannot speculate"),
     ],
 )

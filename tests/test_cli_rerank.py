@@ -16,21 +16,27 @@ DATA = Path(__file__).parent / "pipeline" / "data" / "mini_eval.jsonl"
 TINY = ["--drafter", "tiny:llama", "--verifier", "tiny:llama"]
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--rerank", "bm25"], "unknown rerank mode 'bm25'; choose one of none, kv, recompute"),
-    (["--rerank", "kv", "--n-coarse", "0"], "n_coarse (candidates to rerank) must be >= 1"),
-    (["--rerank", "kv", "--rerank-group", "0"], "rerank group size must be >= 1"),
-    (["--rerank", "kv", "--rerank-patience", "0"], "rerank patience must be >= 1"),
-    (["--rerank", "kv", "--rerank-patience", "soon"], "--rerank-patience must be a whole number >= 1 or 'inf'"),
-    (["--reranker", " "], "reranker must be a model name"),
-    (["--selection", "vote"], "unknown selection 'vote'; choose one of rho, evidence, rho+agg, evidence+agg"),
-    (["--tau-min", "1.5"], "tau_min must be in [0, 1] (got 1.5)"),
-    (["--tau-min", "-0.1"], "tau_min must be in [0, 1] (got -0.1)"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--rerank", "bm25"], "unknown rerank mode 'bm25'; choose one of none, kv, recompute"),
+        (["--rerank", "kv", "--n-coarse", "0"], "n_coarse (candidates to rerank) must be >= 1"),
+        (["--rerank", "kv", "--rerank-group", "0"], "rerank group size must be >= 1"),
+        (["--rerank", "kv", "--rerank-patience", "0"], "rerank patience must be >= 1"),
+        (["--rerank", "kv", "--rerank-patience", "soon"], "--rerank-patience must be a whole number >= 1 or 'inf'"),
+        (["--reranker", " "], "reranker must be a model name"),
+        (["--selection", "vote"], "unknown selection 'vote'; choose one of rho, evidence, rho+agg, evidence+agg"),
+        (["--tau-min", "1.5"], "tau_min must be in [0, 1] (got 1.5)"),
+        (["--tau-min", "-0.1"], "tau_min must be in [0, 1] (got -0.1)"),
+    ],
+)
 @pytest.mark.parametrize("command", ["ask", "eval", "serve"])
 def test_bad_rerank_flags_are_one_line(capsys, command, flags, message):
-    head = {"ask": ["ask", "What is Python?"], "eval": ["eval", "--data", str(DATA)],
-            "serve": ["serve", "--compile-cache", "none"] + TINY}[command]
+    head = {
+        "ask": ["ask", "What is Python?"],
+        "eval": ["eval", "--data", str(DATA)],
+        "serve": ["serve", "--compile-cache", "none"] + TINY,
+    }[command]
     assert main(head + flags + ["-q"] * (command != "serve")) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("specrag: error: ") and message in err[0], err
@@ -66,15 +72,44 @@ def tiny_factory(monkeypatch):
 def test_eval_from_a_pooled_corpus_with_reranking(capsys, tmp_path, tiny_factory):
     corpus = tmp_path / "corpus.jsonl"
     assert pool_file(DATA, corpus) == 5
-    code = main(["eval", "--data", str(DATA), "--corpus", str(corpus), "--methods", "closed_book,standard",
-                 "--n-docs", "2", "--m", "1", "--k", "1", "--rerank", "kv", "--n-coarse", "4", "--rerank-group",
-                 "1", "--rerank-patience", "1", "--json"])
+    code = main(
+        [
+            "eval",
+            "--data",
+            str(DATA),
+            "--corpus",
+            str(corpus),
+            "--methods",
+            "closed_book,standard",
+            "--n-docs",
+            "2",
+            "--m",
+            "1",
+            "--k",
+            "1",
+            "--rerank",
+            "kv",
+            "--n-coarse",
+            "4",
+            "--rerank-group",
+            "1",
+            "--rerank-patience",
+            "1",
+            "--json",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     res = json.loads(out)
     cfg = res["config"]
-    assert (cfg["rerank"], cfg["reranker"], cfg["n_coarse"], cfg["rerank_group"], cfg["rerank_patience"],
-            cfg["corpus"]) == ("kv", None, 4, 1, 1, str(corpus))
+    assert (
+        cfg["rerank"],
+        cfg["reranker"],
+        cfg["n_coarse"],
+        cfg["rerank_group"],
+        cfg["rerank_patience"],
+        cfg["corpus"],
+    ) == ("kv", None, 4, 1, 1, str(corpus))
     std = res["methods"]["standard"]
     assert 0.0 < std["recall_own_passages"] <= 1.0 and "recall_own_passages" not in res["methods"]["closed_book"]
     assert std["rerank"]["questions"] == 2 and 0.0 <= std["rerank"]["saved_fraction"] < 1.0
@@ -90,9 +125,37 @@ def test_eval_corpus_rerank_with_the_real_reranker(capsys, tmp_path, monkeypatch
     corpus = tmp_path / "corpus.jsonl"
     pool_file(DATA, corpus)
     smol = "smollm2-135m-instruct"
-    code = main(["eval", "--data", str(DATA), "--corpus", str(corpus), "--methods", "standard", "--drafter", smol,
-                 "--verifier", smol, "--n-docs", "2", "--m", "1", "--k", "1", "--rerank", mode, "--n-coarse", "4",
-                 "--rerank-group", "2", "--kv-store", str(tmp_path / "doc_kv"), "--json", "-q"])
+    code = main(
+        [
+            "eval",
+            "--data",
+            str(DATA),
+            "--corpus",
+            str(corpus),
+            "--methods",
+            "standard",
+            "--drafter",
+            smol,
+            "--verifier",
+            smol,
+            "--n-docs",
+            "2",
+            "--m",
+            "1",
+            "--k",
+            "1",
+            "--rerank",
+            mode,
+            "--n-coarse",
+            "4",
+            "--rerank-group",
+            "2",
+            "--kv-store",
+            str(tmp_path / "doc_kv"),
+            "--json",
+            "-q",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     std = json.loads(out)["methods"]["standard"]

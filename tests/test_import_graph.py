@@ -48,8 +48,10 @@ def imports_in(source: str, module: str, is_package: bool = False, modules: froz
 def module_graph() -> dict[str, set[str]]:
     paths = sorted(ROOT.rglob("*.py"))
     modules = frozenset(map(_module_name, paths))
-    return {_module_name(p): imports_in(p.read_text(encoding="utf-8"), _module_name(p), p.name == "__init__.py",
-                                        modules) for p in paths}
+    return {
+        _module_name(p): imports_in(p.read_text(encoding="utf-8"), _module_name(p), p.name == "__init__.py", modules)
+        for p in paths
+    }
 
 
 def _top(module: str) -> str:
@@ -75,7 +77,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         stack.pop()
@@ -128,23 +130,34 @@ FORBIDDEN = {
 def test_layering(package):
     offenders = sorted(
         f"{module} imports {target}"
-        for module, targets in module_graph().items() if _top(module) == package
-        for target in targets if _top(target) in FORBIDDEN[package]
+        for module, targets in module_graph().items()
+        if _top(module) == package
+        for target in targets
+        if _top(target) in FORBIDDEN[package]
     )
     assert not offenders, "; ".join(offenders)
 
 
 def test_imports_in_sees_function_level_and_relative_imports():
-    source = ("import os\nfrom . import sampling\nfrom ..kernels import metadata\n"
-              "def f():\n    from specrag_jax.parallel.placement import put_global\n")
+    source = (
+        "import os\nfrom . import sampling\nfrom ..kernels import metadata\n"
+        "def f():\n    from specrag_jax.parallel.placement import put_global\n"
+    )
     assert imports_in(source, "specrag_jax.models.x") == {
-        "specrag_jax.models", "specrag_jax.kernels", "specrag_jax.parallel.placement"}
+        "specrag_jax.models",
+        "specrag_jax.kernels",
+        "specrag_jax.parallel.placement",
+    }
 
 
 def test_imports_in_resolves_submodules_imported_from_their_package():
     source = "from specrag_jax.models import sampling, NAME\nfrom . import layers\n"
     modules = frozenset({"specrag_jax.models.sampling.params", "specrag_jax.models.decoder.layers"})
     assert imports_in(source, "specrag_jax.models.x", modules=modules) == {
-        "specrag_jax.models.sampling.params", "specrag_jax.models", "specrag_jax.models.decoder.layers"}
+        "specrag_jax.models.sampling.params",
+        "specrag_jax.models",
+        "specrag_jax.models.decoder.layers",
+    }
     assert imports_in("from specrag_jax.models import sampling\n", "specrag_jax.models.x", modules=modules) == {
-        "specrag_jax.models.sampling.params"}
+        "specrag_jax.models.sampling.params"
+    }

@@ -19,8 +19,10 @@ from specrag_jax.progress import NO_PROGRESS, StderrProgress, stage
 from specrag_jax.retrieval.lexical import LexicalIndex
 from specrag_jax.serving.tiny import tiny_text_model
 
-DOCS = [{"id": "a", "title": "loops", "text": "break leaves the loop early"},
-        {"id": "b", "title": "files", "text": "open reads a file"}]
+DOCS = [
+    {"id": "a", "title": "loops", "text": "break leaves the loop early"},
+    {"id": "b", "title": "files", "text": "open reads a file"},
+]
 
 
 class _Tty(io.StringIO):
@@ -68,18 +70,22 @@ def test_bm25s_debug_records_are_dropped(caplog):
 
 def test_no_debug_line_after_absl_configured_logging():
     # orbax's import logs through absl, which runs logging.basicConfig(): a root handler that passes DEBUG.
-    code = ("import absl.logging; absl.logging.info('x')\n"
-            "from specrag_jax.retrieval.lexical import LexicalIndex\n"
-            f"LexicalIndex.build({DOCS!r})\n")
+    code = (
+        "import absl.logging; absl.logging.info('x')\n"
+        "from specrag_jax.retrieval.lexical import LexicalIndex\n"
+        f"LexicalIndex.build({DOCS!r})\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "bm25s" not in proc.stderr and "DEBUG" not in proc.stderr, proc.stderr
 
 
 def test_cli_root_handler_drops_library_debug_records():
-    code = ("from specrag_jax.progress import quiet_library_logs; quiet_library_logs()\n"
-            "import logging, absl.logging; absl.logging.info('x')\n"
-            "lib = logging.getLogger('lib'); lib.setLevel(logging.DEBUG); lib.debug('hidden'); lib.warning('shown')\n")
+    code = (
+        "from specrag_jax.progress import quiet_library_logs; quiet_library_logs()\n"
+        "import logging, absl.logging; absl.logging.info('x')\n"
+        "lib = logging.getLogger('lib'); lib.setLevel(logging.DEBUG); lib.debug('hidden'); lib.warning('shown')\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stderr) == (0, "WARNING:lib:shown\n")
 
@@ -87,8 +93,10 @@ def test_cli_root_handler_drops_library_debug_records():
 @pytest.fixture
 def tiny_cli(monkeypatch):
     """The CLI on tiny random models (``tiny:llama`` / ``tiny:gemma3``), without the on-disk XLA cache."""
-    models = {"tiny:llama": tiny_text_model("tiny:llama", seed=1, num_pages=192, page_size=16),
-              "tiny:gemma3": tiny_text_model("tiny:gemma3", seed=2, num_pages=192, page_size=16)}
+    models = {
+        "tiny:llama": tiny_text_model("tiny:llama", seed=1, num_pages=192, page_size=16),
+        "tiny:gemma3": tiny_text_model("tiny:gemma3", seed=2, num_pages=192, page_size=16),
+    }
     monkeypatch.setattr(TextModel, "load", classmethod(lambda cls, name, **kw: models[name]))
     monkeypatch.setattr("specrag_jax.cli.enable_compilation_cache", lambda: None)
 
@@ -99,13 +107,34 @@ def _cli(capsys, *args: str) -> tuple[str, str]:
 
 
 def test_ask_reports_stages_and_quiet_silences_them(capsys, tiny_cli):
-    args = ["ask", "How do I leave a loop early?", "--drafter", "tiny:llama", "--verifier", "tiny:gemma3",
-            "--m", "2", "--n-docs", "4", "--no-consensus", "--selection", "rho", "--tau-min", "none", "--json"]
+    args = [
+        "ask",
+        "How do I leave a loop early?",
+        "--drafter",
+        "tiny:llama",
+        "--verifier",
+        "tiny:gemma3",
+        "--m",
+        "2",
+        "--n-docs",
+        "4",
+        "--no-consensus",
+        "--selection",
+        "rho",
+        "--tau-min",
+        "none",
+        "--json",
+    ]
     out, err = _cli(capsys, *args)
     lines = err.splitlines()
     assert len(lines) == 6, err
-    assert [line.split(":")[0] for line in lines[:5]] == ["loading", "retrieval", "clustering", "drafting",
-                                                          "verification"], err
+    assert [line.split(":")[0] for line in lines[:5]] == [
+        "loading",
+        "retrieval",
+        "clustering",
+        "drafting",
+        "verification",
+    ], err
     assert lines[0].startswith("loading: drafter tiny:llama") and "verifier tiny:gemma3" in lines[0]
     assert lines[1].startswith("retrieval: 4 retrieved passages ")
     assert lines[2].startswith("clustering: 4 docs -> k=") and "2 subsets" in lines[2]
@@ -133,14 +162,33 @@ def test_generate_reports_stages_and_quiet_silences_them(capsys, tiny_cli):
     quiet_out, quiet_err = _cli(capsys, *args, "-q")
     assert (quiet_out, quiet_err) == (out, "")
     obj = json.loads(_cli(capsys, *args, "--json", "--quiet")[0])
-    assert set(obj) == {"model", "text", "token_ids", "num_prompt_tokens", "num_generated_tokens",
-                        "finish_reason", "timings"}
+    assert set(obj) == {
+        "model",
+        "text",
+        "token_ids",
+        "num_prompt_tokens",
+        "num_generated_tokens",
+        "finish_reason",
+        "timings",
+    }
 
 
 def test_eval_loading_line_and_quiet(capsys, tiny_cli):
     data = Path(__file__).parent / "pipeline" / "data" / "mini_eval.jsonl"
-    args = ["eval", "--data", str(data), "--limit", "1", "--methods", "closed_book", "--drafter", "tiny:llama",
-            "--verifier", "tiny:gemma3", "--json"]
+    args = [
+        "eval",
+        "--data",
+        str(data),
+        "--limit",
+        "1",
+        "--methods",
+        "closed_book",
+        "--drafter",
+        "tiny:llama",
+        "--verifier",
+        "tiny:gemma3",
+        "--json",
+    ]
     out, err = _cli(capsys, *args)
     assert err.startswith("loading: drafter tiny:llama") and len(err.splitlines()) == 1, err
     assert list(json.loads(out)["methods"]) == ["closed_book"]
@@ -161,8 +209,10 @@ print(s.cache_hits, s.programs)
 
 def test_second_process_loads_even_small_programs_from_the_disk_cache(tmp_path):
     env = {**os.environ, "SPECRAG_CACHE_DIR": str(tmp_path)}
-    runs = [subprocess.run([sys.executable, "-c", _CACHED_RUN], capture_output=True, text=True, timeout=300,
-                           env=env) for _ in range(2)]
+    runs = [
+        subprocess.run([sys.executable, "-c", _CACHED_RUN], capture_output=True, text=True, timeout=300, env=env)
+        for _ in range(2)
+    ]
     assert all(r.returncode == 0 for r in runs), runs[-1].stderr
     (hits1, programs1), (hits2, programs2) = (map(int, r.stdout.split()) for r in runs)
     assert hits1 == 0 and programs1 >= 1

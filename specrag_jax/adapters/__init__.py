@@ -33,12 +33,15 @@ def resolve_adapter(name_or_path: str | Path) -> Path:
     if key in KNOWN_ADAPTERS:
         folder = ADAPTERS_DIR / KNOWN_ADAPTERS[key]
         if not (folder / "adapter.safetensors").is_file():
-            raise SpecRagError(f"shipped adapter {key} is missing its weights ({folder}); reinstall the package or "
-                               f"rebuild it with `make drafter-adapter`")
+            raise SpecRagError(
+                f"shipped adapter {key} is missing its weights ({folder}); reinstall the package or "
+                f"rebuild it with `make drafter-adapter`"
+            )
         return folder
     path = Path(name_or_path)
     if path.exists():
         return path
     known = ", ".join(sorted(KNOWN_ADAPTERS)) or "none"
-    raise SpecRagError(f"adapter not found: {key} (neither a folder nor a shipped adapter; shipped: {known}, "
-                       f"or '{NO_ADAPTER}')")
+    raise SpecRagError(
+        f"adapter not found: {key} (neither a folder nor a shipped adapter; shipped: {known}, or '{NO_ADAPTER}')"
+    )

@@ -65,7 +65,16 @@ def paged_attention(
         from specrag_jax.kernels.pallas_tree import paged_tree_attention_pallas
 
         return paged_tree_attention_pallas(
-            q, k_new, v_new, k_pool, v_pool, meta, scale=scale, window=window, softcap=softcap, tree=tree,
+            q,
+            k_new,
+            v_new,
+            k_pool,
+            v_pool,
+            meta,
+            scale=scale,
+            window=window,
+            softcap=softcap,
+            tree=tree,
             plan=plan,
         )
     raise SpecRagError(f"unknown attention_impl {impl!r}; choose one of {', '.join(ATTENTION_IMPLS)}")

@@ -44,8 +44,8 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plgpu_triton
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.kernels.pallas_decode_blocks import DecodeBlockSizes, block_sizes_for
 from specrag_jax.kernels.metadata import AttentionMetadata
+from specrag_jax.kernels.pallas_decode_blocks import DecodeBlockSizes, block_sizes_for
 
 _NEG = -1e30
 BACKENDS = ("tpu", "gpu")
@@ -104,9 +104,30 @@ def _init_carry(g: int, d: int):
     return zeros + _NEG, zeros, jnp.zeros((g, d), jnp.float32)
 
 
-def _tpu_kernel(lens_ref, lo_ref, pt_ref, q_ref, k_hbm, v_hbm, o_ref, m_ref, l_ref, k_buf, v_buf, sems, *,
-                ps: int, ppb: int, pages_per_seq: int, num_splits: int, hkv: int, g: int, d: int,
-                scale: float, softcap: float | None) -> None:
+def _tpu_kernel(
+    lens_ref,
+    lo_ref,
+    pt_ref,
+    q_ref,
+    k_hbm,
+    v_hbm,
+    o_ref,
+    m_ref,
+    l_ref,
+    k_buf,
+    v_buf,
+    sems,
+    *,
+    ps: int,
+    ppb: int,
+    pages_per_seq: int,
+    num_splits: int,
+    hkv: int,
+    g: int,
+    d: int,
+    scale: float,
+    softcap: float | None,
+) -> None:
     """One (token, split) cell: DMA page blocks HBM -> VMEM (double-buffered), all KV heads per page."""
     t, s = pl.program_id(0), pl.program_id(1)
     length, lo = lens_ref[t], lo_ref[t]
@@ -143,16 +164,42 @@ def _tpu_kernel(lens_ref, lo_ref, pt_ref, q_ref, k_hbm, v_hbm, o_ref, m_ref, l_r
         v = v_buf[slot].astype(jnp.float32).reshape(ppb * ps, hkv * d)
         keys = (start + b * ppb) * ps + jax.lax.broadcasted_iota(jnp.int32, (ppb * ps,), 0)
         visible = (keys >= lo) & (keys < hi)
-        return tuple(_attend_block(qs[h], k[:, h * d : (h + 1) * d], v[:, h * d : (h + 1) * d], visible,
-                                   carry[h], softcap=softcap, mxu=True) for h in range(hkv))
+        return tuple(
+            _attend_block(
+                qs[h],
+                k[:, h * d : (h + 1) * d],
+                v[:, h * d : (h + 1) * d],
+                visible,
+                carry[h],
+                softcap=softcap,
+                mxu=True,
+            )
+            for h in range(hkv)
+        )
 
     carry = jax.lax.fori_loop(0, num_blocks, body, tuple(_init_carry(g, d) for _ in range(hkv)))
     for h, (m, denom, acc) in enumerate(carry):
         o_ref[h], m_ref[h], l_ref[h] = acc, m, denom
 
 
-def _gpu_kernel(lens_ref, lo_ref, pt_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, *, ps: int, ppb: int,
-                num_splits: int, d: int, scale: float, softcap: float | None) -> None:
+def _gpu_kernel(
+    lens_ref,
+    lo_ref,
+    pt_ref,
+    q_ref,
+    k_ref,
+    v_ref,
+    o_ref,
+    m_ref,
+    l_ref,
+    *,
+    ps: int,
+    ppb: int,
+    num_splits: int,
+    d: int,
+    scale: float,
+    softcap: float | None,
+) -> None:
     """One (token, KV head, split) cell; k_ref/v_ref are the whole pool as [N * ps, Hkv * D] rows and a
     block's rows are gathered by page id straight from global memory."""
     t, h, s = pl.program_id(0), pl.program_id(1), pl.program_id(2)
@@ -181,8 +228,18 @@ def _tpu_call(q4, k_flat, v_flat, lens, lo, pt, *, sizes: DecodeBlockSizes, scal
     ps, pages_per_seq = k_flat.shape[1], pt.shape[1]
     ppb = sizes.pages_per_block(ps, pages_per_seq)
     splits = sizes.num_splits(ps, pages_per_seq)
-    kernel = functools.partial(_tpu_kernel, ps=ps, ppb=ppb, pages_per_seq=pages_per_seq, num_splits=splits,
-                               hkv=hkv, g=g, d=d, scale=scale, softcap=softcap)
+    kernel = functools.partial(
+        _tpu_kernel,
+        ps=ps,
+        ppb=ppb,
+        pages_per_seq=pages_per_seq,
+        num_splits=splits,
+        hkv=hkv,
+        g=g,
+        d=d,
+        scale=scale,
+        softcap=softcap,
+    )
 
     def part(last):  # one split's partial of one token: [Hkv, G, last]
         return pl.BlockSpec((None, None, hkv, g, last), lambda i, j, *_: (i, j, 0, 0, 0))
@@ -192,12 +249,17 @@ def _tpu_call(q4, k_flat, v_flat, lens, lo, pt, *, sizes: DecodeBlockSizes, scal
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=3,
             grid=(t, splits),
-            in_specs=[pl.BlockSpec((None, hkv, g, d), lambda i, j, *_: (i, 0, 0, 0)),
-                      pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pl.ANY)],
+            in_specs=[
+                pl.BlockSpec((None, hkv, g, d), lambda i, j, *_: (i, 0, 0, 0)),
+                pl.BlockSpec(memory_space=pl.ANY),
+                pl.BlockSpec(memory_space=pl.ANY),
+            ],
             out_specs=[part(d), part(1), part(1)],
-            scratch_shapes=[pltpu.VMEM((2, ppb, ps, hkv * d), k_flat.dtype),
-                            pltpu.VMEM((2, ppb, ps, hkv * d), v_flat.dtype),
-                            pltpu.SemaphoreType.DMA((2, 2))],
+            scratch_shapes=[
+                pltpu.VMEM((2, ppb, ps, hkv * d), k_flat.dtype),
+                pltpu.VMEM((2, ppb, ps, hkv * d), v_flat.dtype),
+                pltpu.SemaphoreType.DMA((2, 2)),
+            ],
         ),
         out_shape=[jax.ShapeDtypeStruct((t, splits, hkv, g, n), jnp.float32) for n in (d, 1, 1)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
@@ -225,8 +287,14 @@ def _gpu_call(q4, k_flat, v_flat, lens, lo, pt, *, sizes: DecodeBlockSizes, scal
     outs = pl.pallas_call(
         kernel,
         grid=(t, hkv, splits),
-        in_specs=[whole(lens), whole(lo), whole(pt),
-                  pl.BlockSpec((None, None, gp, d), lambda i, h, j: (i, h, 0, 0)), whole(k_rows), whole(v_rows)],
+        in_specs=[
+            whole(lens),
+            whole(lo),
+            whole(pt),
+            pl.BlockSpec((None, None, gp, d), lambda i, h, j: (i, h, 0, 0)),
+            whole(k_rows),
+            whole(v_rows),
+        ],
         out_specs=[part(d), part(1), part(1)],
         out_shape=[jax.ShapeDtypeStruct((t, splits, hkv, gp, n), jnp.float32) for n in (d, 1, 1)],
         compiler_params=plgpu_triton.CompilerParams(num_warps=4, num_stages=2),
@@ -294,7 +362,8 @@ def paged_decode_attention_pallas(
     k_flat = k_pool.reshape(n_pages, ps, hkv * d)  # free reshape: one page = one [ps, Hkv*D] tile
     v_flat = v_pool.reshape(n_pages, ps, hkv * d)
     call = _tpu_call if backend == "tpu" else _gpu_call
-    acc, m, denom = call(q4, k_flat, v_flat, lens, lo, pt, sizes=sizes, scale=scale, softcap=softcap,
-                     interpret=interpret)
+    acc, m, denom = call(
+        q4, k_flat, v_flat, lens, lo, pt, sizes=sizes, scale=scale, softcap=softcap, interpret=interpret
+    )
     out = _merge(acc, m, denom, q4, k_new, v_new, scale=scale, softcap=softcap)
     return jnp.where(valid[:, None, None], out.reshape(t, hq, d), 0).astype(q.dtype)

@@ -49,10 +49,21 @@ def _default_backend() -> str:
 
 
 def paged_tree_attention_pallas(
-    q: jax.Array, k_new: jax.Array, v_new: jax.Array, k_pool: jax.Array, v_pool: jax.Array,
-    meta: AttentionMetadata, *, scale: float, window: jax.Array | int = 0, softcap: float | None = None,
-    tree: bool = True, backend: str | None = None, interpret: bool | None = None,
-    block_sizes: dict[str, int] | None = None, plan: TreePlan | None = None,
+    q: jax.Array,
+    k_new: jax.Array,
+    v_new: jax.Array,
+    k_pool: jax.Array,
+    v_pool: jax.Array,
+    meta: AttentionMetadata,
+    *,
+    scale: float,
+    window: jax.Array | int = 0,
+    softcap: float | None = None,
+    tree: bool = True,
+    backend: str | None = None,
+    interpret: bool | None = None,
+    block_sizes: dict[str, int] | None = None,
+    plan: TreePlan | None = None,
 ) -> jax.Array:
     """Pallas version of ``paged_tree_attention_reference`` (same arguments and result).
 
@@ -72,11 +83,20 @@ def paged_tree_attention_pallas(
         raise SpecRagError(f"query heads ({hq}) must be a multiple of KV heads ({hkv})")
     g = hq // hkv
     if plan is None:
-        plan = tree_plan_for(meta, k_pool.shape[1], window=window, tree=tree, backend=backend,
-                             interpret=interpret, block_sizes=block_sizes)
+        plan = tree_plan_for(
+            meta,
+            k_pool.shape[1],
+            window=window,
+            tree=tree,
+            backend=backend,
+            interpret=interpret,
+            block_sizes=block_sizes,
+        )
     if plan.blocks.page_size != k_pool.shape[1] or plan.t_pad < t:
-        raise SpecRagError(f"tree plan built for page size {plan.blocks.page_size} and <= {plan.t_pad} tokens, "
-                           f"got page size {k_pool.shape[1]} and {t} tokens")
+        raise SpecRagError(
+            f"tree plan built for page size {plan.blocks.page_size} and <= {plan.t_pad} tokens, "
+            f"got page size {k_pool.shape[1]} and {t} tokens"
+        )
     pad = plan.t_pad - t
     qt = jnp.pad(q, ((0, pad), (0, 0), (0, 0))).transpose(1, 0, 2)  # [Hq, T_pad, D]
     k_new = jnp.pad(k_new, ((0, pad), (0, 0), (0, 0)))
@@ -91,9 +111,16 @@ def paged_tree_attention_pallas(
     return out.transpose(1, 0, 2)[:t]
 
 
-def tree_plan_for(meta: AttentionMetadata, page_size: int, *, window: jax.Array | int = 0, tree: bool = True,
-                  backend: str | None = None, interpret: bool | None = None,
-                  block_sizes: dict[str, int] | None = None) -> TreePlan:
+def tree_plan_for(
+    meta: AttentionMetadata,
+    page_size: int,
+    *,
+    window: jax.Array | int = 0,
+    tree: bool = True,
+    backend: str | None = None,
+    interpret: bool | None = None,
+    block_sizes: dict[str, int] | None = None,
+) -> TreePlan:
     """The kernel's work lists and compact mask for ``meta`` (block sizes from the backend's table)."""
     platform = _default_backend()
     interpret = (platform == "cpu") if interpret is None else interpret
@@ -105,8 +132,18 @@ def tree_plan_for(meta: AttentionMetadata, page_size: int, *, window: jax.Array 
 _build_plan_jit = jax.jit(build_tree_plan, static_argnames=("blocks", "tree"))
 
 
-def tree_skip_fraction(meta: AttentionMetadata, page_size: int, *, window: int = 0, tree: bool = True,
-                       backend: str = "tpu", block_sizes: dict[str, int] | None = None) -> dict[str, float]:
+def tree_skip_fraction(
+    meta: AttentionMetadata,
+    page_size: int,
+    *,
+    window: int = 0,
+    tree: bool = True,
+    backend: str = "tpu",
+    block_sizes: dict[str, int] | None = None,
+) -> dict[str, float]:
     """Fraction of KV blocks the kernel skips for ``meta`` (vs. a dense blockwise kernel); see skip_stats."""
-    return skip_stats(tree_plan_for(meta, page_size, window=window, tree=tree, backend=backend,
-                                    interpret=False, block_sizes=block_sizes))
+    return skip_stats(
+        tree_plan_for(
+            meta, page_size, window=window, tree=tree, backend=backend, interpret=False, block_sizes=block_sizes
+        )
+    )

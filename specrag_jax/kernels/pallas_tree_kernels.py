@@ -33,8 +33,7 @@ def _update(carry, s, mask, v, prec):
     m_new = jnp.maximum(m, s.max(axis=1, keepdims=True))
     p = jnp.where(mask, jnp.exp(s - m_new), 0.0)
     alpha = jnp.exp(m - m_new)
-    pv = lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=F32,
-                         precision=prec)
+    pv = lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=F32, precision=prec)
     return m_new, alpha * denom + p.sum(axis=1, keepdims=True), alpha * acc + pv
 
 
@@ -44,8 +43,7 @@ def _prefix_mask(seq_q, pos_q, s, kv_len, first_key, n_keys: int, window):
 
 
 def _chunk_mask(seq_q, pos_q, tin_q, seq_k, pos_k, tin_k, tend_k, window):
-    return ((seq_q == seq_k) & (tin_k <= tin_q) & (tin_q < tend_k)
-            & ((window <= 0) | (pos_q - pos_k < window)))
+    return (seq_q == seq_k) & (tin_k <= tin_q) & (tin_q < tend_k) & ((window <= 0) | (pos_q - pos_k < window))
 
 
 def _finish(carry):
@@ -53,9 +51,36 @@ def _finish(carry):
     return acc / jnp.where(denom == 0.0, 1.0, denom)
 
 
-def _tpu_kernel(pair_start, pair_seq, pair_lo, pair_hi, chunk_start, chunk_blk, table, kv_lens, win,
-                q_ref, qinfo_ref, kinfo_ref, k_pool, v_pool, k_new, v_new, o_ref,
-                kbuf, vbuf, kcbuf, vcbuf, sems, *, blocks: TreeBlocks, g: int, scale, softcap, prec):
+def _tpu_kernel(
+    pair_start,
+    pair_seq,
+    pair_lo,
+    pair_hi,
+    chunk_start,
+    chunk_blk,
+    table,
+    kv_lens,
+    win,
+    q_ref,
+    qinfo_ref,
+    kinfo_ref,
+    k_pool,
+    v_pool,
+    k_new,
+    v_new,
+    o_ref,
+    kbuf,
+    vbuf,
+    kcbuf,
+    vcbuf,
+    sems,
+    *,
+    blocks: TreeBlocks,
+    g: int,
+    scale,
+    softcap,
+    prec,
+):
     """Grid (kv_head h, query block b). Rows are head-major: row r = head (r // bq) of token (r % bq)."""
     h, b = pl.program_id(0), pl.program_id(1)
     bq, bc, ppb, ps = blocks.q, blocks.chunk, blocks.pages_per_block, blocks.page_size
@@ -69,12 +94,17 @@ def _tpu_kernel(pair_start, pair_seq, pair_lo, pair_hi, chunk_start, chunk_blk, 
 
     def page_copies(s, j, slot):  # one DMA per page (and per K/V), all on the slot's semaphore
         row = s * width + j * ppb
-        return [pltpu.make_async_copy(pool.at[table[row + p], :, h, :], buf.at[slot, p], sems.at[i, slot])
-                for i, (pool, buf) in enumerate(((k_pool, kbuf), (v_pool, vbuf))) for p in range(ppb)]
+        return [
+            pltpu.make_async_copy(pool.at[table[row + p], :, h, :], buf.at[slot, p], sems.at[i, slot])
+            for i, (pool, buf) in enumerate(((k_pool, kbuf), (v_pool, vbuf)))
+            for p in range(ppb)
+        ]
 
     def chunk_copies(c, slot):
-        return [pltpu.make_async_copy(src.at[pl.ds(c * bc, bc), h, :], buf.at[slot], sems.at[2 + i, slot])
-                for i, (src, buf) in enumerate(((k_new, kcbuf), (v_new, vcbuf)))]
+        return [
+            pltpu.make_async_copy(src.at[pl.ds(c * bc, bc), h, :], buf.at[slot], sems.at[2 + i, slot])
+            for i, (src, buf) in enumerate(((k_new, kcbuf), (v_new, vcbuf)))
+        ]
 
     def start(copies):
         for cp in copies:
@@ -125,15 +155,36 @@ def _tpu_kernel(pair_start, pair_seq, pair_lo, pair_hi, chunk_start, chunk_blk, 
     o_ref[...] = _finish(carry).reshape(g, bq, d).astype(o_ref.dtype)
 
 
-def call_tpu(qt: jax.Array, k_new: jax.Array, v_new: jax.Array, k_pool: jax.Array, v_pool: jax.Array,
-             plan: TreePlan, *, g: int, scale: float, softcap: float | None, prec, interpret) -> jax.Array:
+def call_tpu(
+    qt: jax.Array,
+    k_new: jax.Array,
+    v_new: jax.Array,
+    k_pool: jax.Array,
+    v_pool: jax.Array,
+    plan: TreePlan,
+    *,
+    g: int,
+    scale: float,
+    softcap: float | None,
+    prec,
+    interpret,
+) -> jax.Array:
     """qt [Hkv, g, T_pad, D] -> same shape; k_new/v_new [T_pad, Hkv, D] and pools stay in HBM."""
     hkv, _, t_pad, d = qt.shape
     blocks = plan.blocks
     bq, nq = blocks.q, plan.t_pad // blocks.q
     kernel = functools.partial(_tpu_kernel, blocks=blocks, g=g, scale=scale, softcap=softcap, prec=prec)
-    scalars = (plan.pair_start, plan.pair_seq, plan.pair_lo, plan.pair_hi, plan.chunk_start, plan.chunk_blk,
-               plan.page_table.reshape(-1), plan.kv_lens, plan.window)
+    scalars = (
+        plan.pair_start,
+        plan.pair_seq,
+        plan.pair_lo,
+        plan.pair_hi,
+        plan.chunk_start,
+        plan.chunk_blk,
+        plan.page_table.reshape(-1),
+        plan.kv_lens,
+        plan.window,
+    )
     any_spec = pl.BlockSpec(memory_space=pl.ANY)
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=len(scalars),
@@ -142,7 +193,10 @@ def call_tpu(qt: jax.Array, k_new: jax.Array, v_new: jax.Array, k_pool: jax.Arra
             pl.BlockSpec((None, g, bq, d), lambda h, b, *_: (h, 0, b, 0)),
             pl.BlockSpec((bq, 4), lambda h, b, *_: (b, 0)),
             pl.BlockSpec(plan.k_info.shape, lambda h, b, *_: (0, 0, 0)),
-            any_spec, any_spec, any_spec, any_spec,
+            any_spec,
+            any_spec,
+            any_spec,
+            any_spec,
         ],
         out_specs=pl.BlockSpec((None, g, bq, d), lambda h, b, *_: (h, 0, b, 0)),
         scratch_shapes=[
@@ -154,16 +208,42 @@ def call_tpu(qt: jax.Array, k_new: jax.Array, v_new: jax.Array, k_pool: jax.Arra
         ],
     )
     return pl.pallas_call(
-        kernel, grid_spec=grid_spec, out_shape=jax.ShapeDtypeStruct(qt.shape, qt.dtype),
+        kernel,
+        grid_spec=grid_spec,
+        out_shape=jax.ShapeDtypeStruct(qt.shape, qt.dtype),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
-        interpret=interpret if isinstance(interpret, pltpu.InterpretParams) else
-        (pltpu.InterpretParams() if interpret else False), name="paged_tree_attention_tpu",
+        interpret=interpret
+        if isinstance(interpret, pltpu.InterpretParams)
+        else (pltpu.InterpretParams() if interpret else False),
+        name="paged_tree_attention_tpu",
     )(*scalars, qt, plan.q_info, plan.k_info, k_pool, v_pool, k_new, v_new)
 
 
-def _gpu_kernel(pair_start, pair_seq, pair_lo, pair_hi, chunk_start, chunk_blk, table, kv_lens, win,
-                q_ref, qinfo_ref, kinfo_ref, k_pool, v_pool, k_new, v_new, o_ref,
-                *, blocks: TreeBlocks, g: int, scale, softcap, prec):
+def _gpu_kernel(
+    pair_start,
+    pair_seq,
+    pair_lo,
+    pair_hi,
+    chunk_start,
+    chunk_blk,
+    table,
+    kv_lens,
+    win,
+    q_ref,
+    qinfo_ref,
+    kinfo_ref,
+    k_pool,
+    v_pool,
+    k_new,
+    v_new,
+    o_ref,
+    *,
+    blocks: TreeBlocks,
+    g: int,
+    scale,
+    softcap,
+    prec,
+):
     """Grid (query head, query block); K/V rows are gathered from the flat [pages * page_size] pool."""
     hq, b = pl.program_id(0), pl.program_id(1)
     hk = hq // g
@@ -200,26 +280,60 @@ def _gpu_kernel(pair_start, pair_seq, pair_lo, pair_hi, chunk_start, chunk_blk, 
     o_ref[...] = _finish(carry).astype(o_ref.dtype)
 
 
-def call_gpu(qt: jax.Array, k_new: jax.Array, v_new: jax.Array, k_pool: jax.Array, v_pool: jax.Array,
-             plan: TreePlan, *, g: int, scale: float, softcap: float | None, prec, interpret) -> jax.Array:
+def call_gpu(
+    qt: jax.Array,
+    k_new: jax.Array,
+    v_new: jax.Array,
+    k_pool: jax.Array,
+    v_pool: jax.Array,
+    plan: TreePlan,
+    *,
+    g: int,
+    scale: float,
+    softcap: float | None,
+    prec,
+    interpret,
+) -> jax.Array:
     """qt [Hq, T_pad, D] -> same shape; pools are viewed as [pages * page_size, Hkv, D] (free reshape)."""
     hq, t_pad, d = qt.shape
     blocks = plan.blocks
     bq, nq = blocks.q, plan.t_pad // blocks.q
     kernel = functools.partial(_gpu_kernel, blocks=blocks, g=g, scale=scale, softcap=softcap, prec=prec)
     n, ps = k_pool.shape[:2]
-    args = (plan.pair_start, plan.pair_seq, plan.pair_lo, plan.pair_hi, plan.chunk_start, plan.chunk_blk,
-            plan.page_table, plan.kv_lens, plan.window, qt, plan.q_info, plan.k_info,
-            k_pool.reshape(n * ps, *k_pool.shape[2:]), v_pool.reshape(n * ps, *v_pool.shape[2:]), k_new, v_new)
+    args = (
+        plan.pair_start,
+        plan.pair_seq,
+        plan.pair_lo,
+        plan.pair_hi,
+        plan.chunk_start,
+        plan.chunk_blk,
+        plan.page_table,
+        plan.kv_lens,
+        plan.window,
+        qt,
+        plan.q_info,
+        plan.k_info,
+        k_pool.reshape(n * ps, *k_pool.shape[2:]),
+        v_pool.reshape(n * ps, *v_pool.shape[2:]),
+        k_new,
+        v_new,
+    )
     any_spec = pl.BlockSpec(memory_space=pl.ANY)
-    in_specs = [any_spec] * 9 + [
-        pl.BlockSpec((None, bq, d), lambda h, b: (h, b, 0)),
-        pl.BlockSpec((bq, 4), lambda h, b: (b, 0)),
-    ] + [any_spec] * 5
+    in_specs = (
+        [any_spec] * 9
+        + [
+            pl.BlockSpec((None, bq, d), lambda h, b: (h, b, 0)),
+            pl.BlockSpec((bq, 4), lambda h, b: (b, 0)),
+        ]
+        + [any_spec] * 5
+    )
     return pl.pallas_call(
-        kernel, grid=(hq, nq), in_specs=in_specs, out_specs=pl.BlockSpec((None, bq, d), lambda h, b: (h, b, 0)),
-        out_shape=jax.ShapeDtypeStruct(qt.shape, qt.dtype), interpret=bool(interpret),
-        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2), name="paged_tree_attention_gpu",
+        kernel,
+        grid=(hq, nq),
+        in_specs=in_specs,
+        out_specs=pl.BlockSpec((None, bq, d), lambda h, b: (h, b, 0)),
+        out_shape=jax.ShapeDtypeStruct(qt.shape, qt.dtype),
+        interpret=bool(interpret),
+        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),
+        name="paged_tree_attention_gpu",
     )(*args)
-
-

@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 
 import jax
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from specrag_jax.kernels import paged_attention
 
@@ -28,8 +29,9 @@ def head_split(num_heads: int, num_kv_heads: int, n: int) -> str | None:
     return None
 
 
-def sharded_paged_attention(q, k_new, v_new, k_pool, v_pool, meta, *, mesh: Mesh, axis: str = "model",
-                            **kwargs) -> jax.Array:
+def sharded_paged_attention(
+    q, k_new, v_new, k_pool, v_pool, meta, *, mesh: Mesh, axis: str = "model", **kwargs
+) -> jax.Array:
     """``paged_attention`` (same arguments; ``impl`` and options in kwargs) with heads split over ``axis``.
 
     Falls back to the plain call when the heads do not split over the axis. ``check_vma=False``: Pallas
@@ -44,8 +46,9 @@ def sharded_paged_attention(q, k_new, v_new, k_pool, v_pool, meta, *, mesh: Mesh
     pool = P(None, None, axis, None) if mode == "kv" else P()
     plan = kwargs.pop("plan", None)
     body = functools.partial(_local, **kwargs)
-    fn = jax.shard_map(body, mesh=mesh, in_specs=(heads, kv, kv, pool, pool, P(), P()), out_specs=heads,
-                       check_vma=False)
+    fn = jax.shard_map(
+        body, mesh=mesh, in_specs=(heads, kv, kv, pool, pool, P(), P()), out_specs=heads, check_vma=False
+    )
     return fn(q, k_new, v_new, k_pool, v_pool, meta, plan)
 
 

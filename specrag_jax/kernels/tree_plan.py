@@ -34,9 +34,23 @@ def _cdiv(a, b):
     return (a + b - 1) // b
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=[
-    "q_info", "k_info", "pair_start", "pair_seq", "pair_lo", "pair_hi", "chunk_start", "chunk_blk",
-    "page_table", "kv_lens", "window"], meta_fields=["blocks", "t_pad"])
+@partial(
+    jax.tree_util.register_dataclass,
+    data_fields=[
+        "q_info",
+        "k_info",
+        "pair_start",
+        "pair_seq",
+        "pair_lo",
+        "pair_hi",
+        "chunk_start",
+        "chunk_blk",
+        "page_table",
+        "kv_lens",
+        "window",
+    ],
+    meta_fields=["blocks", "t_pad"],
+)
 @dataclasses.dataclass(frozen=True)
 class TreePlan:
     """Everything the kernels read besides q/k/v/pools (all int32)."""
@@ -65,8 +79,11 @@ def ancestor_bits(parents: jax.Array) -> jax.Array:
     """[T, ceil(T/32)] uint32: bit j of row i set when token j is token i or one of its ancestors."""
     t = parents.shape[0]
     idx = jnp.arange(t)
-    bits = jnp.zeros((t, _cdiv(t, 32)), jnp.uint32).at[idx, idx // 32].set(
-        jnp.left_shift(jnp.uint32(1), (idx % 32).astype(jnp.uint32)))
+    bits = (
+        jnp.zeros((t, _cdiv(t, 32)), jnp.uint32)
+        .at[idx, idx // 32]
+        .set(jnp.left_shift(jnp.uint32(1), (idx % 32).astype(jnp.uint32)))
+    )
     jump = jnp.where(parents < 0, idx, parents)
     bits, _ = jax.lax.fori_loop(0, _rounds(t), lambda _, c: (c[0] | c[0][c[1]], c[1][c[1]]), (bits, jump))
     return bits
@@ -101,14 +118,18 @@ def _compact(keep: jax.Array, values: jax.Array, capacity: int) -> tuple[jax.Arr
     """Row-major compaction of ``values[keep]`` into [capacity] plus per-row starts [rows + 1]."""
     flat = keep.reshape(-1)
     rank = jnp.cumsum(flat) - 1
-    out = jnp.zeros(capacity, jnp.int32).at[jnp.where(flat, rank, capacity)].set(
-        values.reshape(-1).astype(jnp.int32), mode="drop")
+    out = (
+        jnp.zeros(capacity, jnp.int32)
+        .at[jnp.where(flat, rank, capacity)]
+        .set(values.reshape(-1).astype(jnp.int32), mode="drop")
+    )
     start = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(keep.sum(1)).astype(jnp.int32)])
     return out, start
 
 
-def build_tree_plan(meta: AttentionMetadata, blocks: TreeBlocks, *, window: jax.Array | int = 0,
-                    tree: bool = True) -> TreePlan:
+def build_tree_plan(
+    meta: AttentionMetadata, blocks: TreeBlocks, *, window: jax.Array | int = 0, tree: bool = True
+) -> TreePlan:
     """Derive the kernel's compact mask and work lists from the metadata (jittable; O(T log T) + one fused
     O(T^2) any-reduction for the chunk block list)."""
     t = meta.token_seq.shape[0]
@@ -162,8 +183,21 @@ def build_tree_plan(meta: AttentionMetadata, blocks: TreeBlocks, *, window: jax.
 
     npb = _cdiv(p_width, blocks.pages_per_block)
     table = jnp.pad(meta.page_table.astype(jnp.int32), ((0, 0), (0, npb * blocks.pages_per_block - p_width)))
-    return TreePlan(q_info, k_info, pair_start, pair_seq, pair_lo, pair_hi, chunk_start, chunk_blk, table,
-                    kv_lens, window.reshape(1), blocks, t_pad)
+    return TreePlan(
+        q_info,
+        k_info,
+        pair_start,
+        pair_seq,
+        pair_lo,
+        pair_hi,
+        chunk_start,
+        chunk_blk,
+        table,
+        kv_lens,
+        window.reshape(1),
+        blocks,
+        t_pad,
+    )
 
 
 def skip_stats(plan: TreePlan) -> dict[str, float]:
@@ -178,7 +212,7 @@ def skip_stats(plan: TreePlan) -> dict[str, float]:
     nq = plan.t_pad // bq
     dense_pre = dense_chk = 0
     for b in range(nq):
-        seqs = {int(s) for s in q_info[b * bq:(b + 1) * bq, 0] if s >= 0}
+        seqs = {int(s) for s in q_info[b * bq : (b + 1) * bq, 0] if s >= 0}
         dense_pre += sum(-(-int(kv_lens[s]) // bkv) for s in seqs)
         dense_chk += sum(1 for c in range(k_info.shape[0]) if seqs & {int(s) for s in k_info[c, 0] if s >= 0})
     ps, ph, pl_ = (np.asarray(a) for a in (plan.pair_start, plan.pair_hi, plan.pair_lo))
@@ -188,7 +222,8 @@ def skip_stats(plan: TreePlan) -> dict[str, float]:
     dense = dense_pre + dense_chk
     visited = visited_pre + visited_chk
     return {
-        "dense_blocks": dense, "visited_blocks": visited,
+        "dense_blocks": dense,
+        "visited_blocks": visited,
         "skipped_fraction": 0.0 if dense == 0 else 1.0 - visited / dense,
         "prefix_skipped_fraction": 0.0 if dense_pre == 0 else 1.0 - visited_pre / dense_pre,
         "chunk_skipped_fraction": 0.0 if dense_chk == 0 else 1.0 - visited_chk / dense_chk,

@@ -88,18 +88,19 @@ class ModelConfig:
                 f"unsupported architecture {self.arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
         if self.num_heads % self.num_kv_heads:
-            raise SpecRagError(
-                f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"
-            )
+            raise SpecRagError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
         if self.activation not in ("silu", "gelu_tanh"):
             raise SpecRagError(f"unsupported activation {self.activation!r}")
         if self.layer_types and (len(self.layer_types) != self.num_layers or set(self.layer_types) - set(LAYER_TYPES)):
-            raise SpecRagError(f"layer_types must name {self.num_layers} layers, each one of {LAYER_TYPES}; "
-                               f"got {list(self.layer_types)}")
+            raise SpecRagError(
+                f"layer_types must name {self.num_layers} layers, each one of {LAYER_TYPES}; "
+                f"got {list(self.layer_types)}"
+            )
 
         if self.num_experts < 0 or (self.num_experts and not 1 <= self.experts_per_token <= self.num_experts):
-            raise SpecRagError(f"experts_per_token={self.experts_per_token} must be in 1..num_experts="
-                               f"{self.num_experts}")
+            raise SpecRagError(
+                f"experts_per_token={self.experts_per_token} must be in 1..num_experts={self.num_experts}"
+            )
         if self.moe_impl not in MOE_IMPLS:
             raise SpecRagError(f"unknown moe_impl {self.moe_impl!r}; expected one of {MOE_IMPLS}")
 
@@ -136,10 +137,7 @@ class ModelConfig:
     def layer_rope_thetas(self) -> list[float]:
         """Per-layer RoPE base: local layers use ``rope_local_theta`` (Gemma 3's differs; the loaders set
         it to ``rope_theta`` for every other family)."""
-        return [
-            self.rope_local_theta if self.is_sliding_layer(i) else self.rope_theta
-            for i in range(self.num_layers)
-        ]
+        return [self.rope_local_theta if self.is_sliding_layer(i) else self.rope_theta for i in range(self.num_layers)]
 
     def replace(self, **changes: Any) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
@@ -226,8 +224,12 @@ def param_shapes(cfg: ModelConfig) -> dict[str, Any]:
     E = cfg.num_experts
     mlp: dict[str, Any] = {"gate": {"kernel": (L, H, F)}, "up": {"kernel": (L, H, F)}, "down": {"kernel": (L, F, H)}}
     if E:
-        mlp = {"router": {"kernel": (L, H, E)}, "gate": {"kernel": (L, E, H, F)}, "up": {"kernel": (L, E, H, F)},
-               "down": {"kernel": (L, E, F, H)}}
+        mlp = {
+            "router": {"kernel": (L, H, E)},
+            "gate": {"kernel": (L, E, H, F)},
+            "up": {"kernel": (L, E, H, F)},
+            "down": {"kernel": (L, E, F, H)},
+        }
     layers: dict[str, Any] = {"attn_norm": {"scale": (L, H)}, "attn": attn, "mlp_norm": {"scale": (L, H)}, "mlp": mlp}
     if cfg.sandwich_norm:
         layers["post_attn_norm"] = {"scale": (L, H)}

@@ -54,8 +54,9 @@ class _Seq:
     finish: str | None = None
 
 
-def next_phase_prompt(prompt: list[int], out: list[int], between: BetweenFn | None, phase: int, row: int,
-                      result: "GenerationResult") -> tuple[list[int], int]:
+def next_phase_prompt(
+    prompt: list[int], out: list[int], between: BetweenFn | None, phase: int, row: int, result: "GenerationResult"
+) -> tuple[list[int], int]:
     """A branch's prompt for its next phase (prompt + kept tokens + forced tokens) and how much of it already
     has K/V in the pool: the old prompt and the kept tokens that were fed back (the last sampled one never is)."""
     keep, forced = between(phase, row, result) if between else (len(out), [])
@@ -71,8 +72,13 @@ DEFAULT_MAX_PREFILL_TOKENS = 512  # prompt tokens per prefill step (chunked pref
 class Generator:
     """Generates continuations for a batch of token prompts with one ModelRunner."""
 
-    def __init__(self, runner: ModelRunner, eos_ids: Sequence[int] = (), max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
-                 speculation: Speculation | None = None) -> None:
+    def __init__(
+        self,
+        runner: ModelRunner,
+        eos_ids: Sequence[int] = (),
+        max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
+        speculation: Speculation | None = None,
+    ) -> None:
         """``speculation``: decode with token-tree speculation (``speculative/decode.py``); None = plain decoding."""
         self.runner = runner
         self.eos_ids = frozenset(int(e) for e in eos_ids)
@@ -104,8 +110,9 @@ class Generator:
         """Generate up to ``max_new_tokens`` for every prompt; pages are released however it ends.
 
         ``speculation``: decode with token-tree speculation for this call (default: the generator's own)."""
-        [results] = self.generate_phases([], prompts, [Phase(max_new_tokens, stop_fn)], sampling=sampling,
-                                         speculation=speculation)
+        [results] = self.generate_phases(
+            [], prompts, [Phase(max_new_tokens, stop_fn)], sampling=sampling, speculation=speculation
+        )
         return results
 
     def generate_branches(
@@ -160,8 +167,9 @@ class Generator:
         try:
             shared = alloc.allocate(shared_len // ps)
             for suffix, sp in zip(suffixes, params):
-                own = alloc.allocate(pages_needed(len(prefix) + len(suffix) + phases[0].max_new_tokens, ps)
-                                     - len(shared))
+                own = alloc.allocate(
+                    pages_needed(len(prefix) + len(suffix) + phases[0].max_new_tokens, ps) - len(shared)
+                )
                 alloc.retain(shared)
                 seqs.append(_Seq(prefix + [int(t) for t in suffix], shared + own, sp, prefilled=shared_len))
             t0 = time.perf_counter()
@@ -175,17 +183,30 @@ class Generator:
                 t1 = time.perf_counter()
                 stats = self._decode(seqs, phase.max_new_tokens, phase.stop_fn, speculation)
                 t2 = time.perf_counter()
-                out.append([GenerationResult(list(s.out), list(s.logprobs), s.finish or "length", len(s.prompt),
-                                             t1 - t0, t2 - t1, shared_prefix_tokens=shared_len, speculation=st)
-                            for s, st in zip(seqs, stats)])
+                out.append(
+                    [
+                        GenerationResult(
+                            list(s.out),
+                            list(s.logprobs),
+                            s.finish or "length",
+                            len(s.prompt),
+                            t1 - t0,
+                            t2 - t1,
+                            shared_prefix_tokens=shared_len,
+                            speculation=st,
+                        )
+                        for s, st in zip(seqs, stats)
+                    ]
+                )
         finally:
             for s in seqs:
                 alloc.release(s.pages)
             alloc.release(shared)
         return out
 
-    def _next_phase(self, seqs: list[_Seq], results: list[GenerationResult], phase: int, max_new: int,
-                    between: BetweenFn | None) -> None:
+    def _next_phase(
+        self, seqs: list[_Seq], results: list[GenerationResult], phase: int, max_new: int, between: BetweenFn | None
+    ) -> None:
         """Cut each branch to its kept tokens, append the forced ones and grow its pages for the next phase."""
         ps = self.runner.page_size
         for row, (s, res) in enumerate(zip(seqs, results)):
@@ -196,8 +217,15 @@ class Generator:
             if extra > 0:
                 s.pages = s.pages + self.runner.allocator.allocate(extra)
 
-    def score_tree(self, prefix: Sequence[int], tokens: Sequence[int], parents: Sequence[int],
-                   positions: Sequence[int], rows: Sequence[int], targets: Sequence[int]) -> np.ndarray:
+    def score_tree(
+        self,
+        prefix: Sequence[int],
+        tokens: Sequence[int],
+        parents: Sequence[int],
+        positions: Sequence[int],
+        rows: Sequence[int],
+        targets: Sequence[int],
+    ) -> np.ndarray:
         """log p(targets[i]) at tree row ``rows[i]``: the prefix is written to pages, the token tree (chunk-local
         parents, -1 = attaches to the prefix) is scored without storing its K/V, and the pages are released."""
         runner = self.runner
@@ -212,7 +240,7 @@ class Generator:
     def _prefill_shared(self, tokens: list[int], pages: list[int]) -> None:
         """Write a shared prefix's K/V into its pages (chunked by the prefill budget; nothing sampled)."""
         for start in range(0, len(tokens), self.max_prefill_tokens):
-            piece = tokens[start: start + self.max_prefill_tokens]
+            piece = tokens[start : start + self.max_prefill_tokens]
             self.runner.score(self.runner.pack([Chunk(pages, start, piece, rows=[len(piece) - 1])]), [0])
 
     # ------------------------------------------------------------------ internals
@@ -226,8 +254,14 @@ class Generator:
         elif len(seq.out) >= max_new:
             seq.finish = "length"
 
-    def _run(self, chunks: list[Chunk], owners: list[_Seq], rows_seq: list[int], token_bucket: int | None = None,
-             min_seqs: int = 1):
+    def _run(
+        self,
+        chunks: list[Chunk],
+        owners: list[_Seq],
+        rows_seq: list[int],
+        token_bucket: int | None = None,
+        min_seqs: int = 1,
+    ):
         step = self.runner.pack(chunks, token_bucket=token_bucket, min_seqs=min_seqs)
         sp = [owners[i].params for i in rows_seq]
         if any(p.penalized for p in sp):
@@ -245,8 +279,9 @@ class Generator:
                 s = seqs[i]
                 n = min(len(s.prompt) - s.prefilled, budget)
                 done = s.prefilled + n == len(s.prompt)
-                chunks.append(Chunk(s.pages, s.prefilled, s.prompt[s.prefilled: s.prefilled + n],
-                                    rows=[n - 1] if done else []))
+                chunks.append(
+                    Chunk(s.pages, s.prefilled, s.prompt[s.prefilled : s.prefilled + n], rows=[n - 1] if done else [])
+                )
                 if done:
                     rows_seq.append(i)
                     pending.remove(i)
@@ -256,8 +291,9 @@ class Generator:
             for i, tok, lp in zip(rows_seq, ids, lps):
                 self._accept(seqs[i], i, int(tok), float(lp), max_new, stop_fn)
 
-    def _decode(self, seqs: list[_Seq], max_new: int, stop_fn: StopFn | None,
-                speculation: Speculation | None) -> list[SpeculationStats | None]:
+    def _decode(
+        self, seqs: list[_Seq], max_new: int, stop_fn: StopFn | None, speculation: Speculation | None
+    ) -> list[SpeculationStats | None]:
         # The batch keeps its first bucket while sequences finish: one compiled decode shape per generation.
         width = bucket(sum(s.finish is None for s in seqs))
         if speculation is None:
@@ -270,11 +306,14 @@ class Generator:
         speculative_decode(self.runner, seqs, max_new, speculation, width, emit, plain, stats)
         return stats
 
-    def _decode_step(self, active: list[int], seqs: list[_Seq], max_new: int, stop_fn: StopFn | None,
-                     width: int) -> None:
+    def _decode_step(
+        self, active: list[int], seqs: list[_Seq], max_new: int, stop_fn: StopFn | None, width: int
+    ) -> None:
         """One plain decode step: one token for each active sequence."""
-        chunks = [Chunk(seqs[i].pages, len(seqs[i].prompt) + len(seqs[i].out) - 1, [seqs[i].out[-1]], rows=[0])
-                  for i in active]
+        chunks = [
+            Chunk(seqs[i].pages, len(seqs[i].prompt) + len(seqs[i].out) - 1, [seqs[i].out[-1]], rows=[0])
+            for i in active
+        ]
         ids, lps = self._run(chunks, seqs, active, token_bucket=width, min_seqs=width)
         for i, tok, lp in zip(active, ids, lps):
             self._accept(seqs[i], i, int(tok), float(lp), max_new, stop_fn)
@@ -306,8 +345,9 @@ class Generator:
         return len(shapes)
 
 
-def greedy_generate(runner: ModelRunner, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                    eos_ids: Sequence[int] = ()) -> list[list[int]]:
+def greedy_generate(
+    runner: ModelRunner, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_ids: Sequence[int] = ()
+) -> list[list[int]]:
     """Convenience: greedy ids for each prompt, batched."""
     gen = Generator(runner, eos_ids)
     return [r.token_ids for r in gen.generate(prompts, SamplingParams(), max_new_tokens)]

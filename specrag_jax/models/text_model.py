@@ -41,8 +41,9 @@ def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
 class TextModel:
     """Everything needed to turn prompts into text with one model."""
 
-    def __init__(self, name: str, runner: ModelRunner, tokenizer: Tokenizer, load_s: float = 0.0,
-                 instruct: bool = False) -> None:
+    def __init__(
+        self, name: str, runner: ModelRunner, tokenizer: Tokenizer, load_s: float = 0.0, instruct: bool = False
+    ) -> None:
         self.name = name
         self.runner = runner
         self.tokenizer = tokenizer
@@ -80,8 +81,15 @@ class TextModel:
         max_seq_len = min(max_seq_len, cfg.max_position_embeddings)
         if num_pages is None:
             num_pages = max_batch * -(-max_seq_len // page_size) + 1
-        runner = ModelRunner(cfg, params, num_pages=num_pages, page_size=page_size, max_seq_len=max_seq_len,
-                             attention_impl=attention_impl, placement=placement)
+        runner = ModelRunner(
+            cfg,
+            params,
+            num_pages=num_pages,
+            page_size=page_size,
+            max_seq_len=max_seq_len,
+            attention_impl=attention_impl,
+            placement=placement,
+        )
         instruct = instruction_tuned(name_or_path, cfg.name) and bool(tokenizer.chat_template)
         return cls(name_or_path, runner, tokenizer, time.perf_counter() - t0, instruct=instruct)
 
@@ -92,7 +100,8 @@ class TextModel:
             raise SpecRagError("empty prompt: nothing to generate from")
         if chat:
             return self.tokenizer.encode_rendered(
-                self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}]))
+                self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+            )
         return self.tokenizer.encode(prompt, add_special_tokens=True)
 
     def generate(
@@ -126,11 +135,13 @@ class TextModel:
             tail = decode(out[-16:])  # a stop string is short; look at the recent text only
             return any(s in tail for s in stops)
 
-        results = self.generator.generate(prompt_ids, sampling, max_new_tokens, stop_fn if stops else None,
-                                          speculation=speculation)
+        results = self.generator.generate(
+            prompt_ids, sampling, max_new_tokens, stop_fn if stops else None, speculation=speculation
+        )
         return [self._to_text(r, stops) for r in results]
 
     def _to_text(self, r: GenerationResult, stops: Sequence[str]) -> TextResult:
         text, _ = _cut_at_stop(self.tokenizer.decode(r.token_ids), stops)
-        return TextResult(text, r.token_ids, r.logprobs, r.finish_reason, r.num_prompt_tokens, r.prefill_s,
-                          r.decode_s, r.speculation)
+        return TextResult(
+            text, r.token_ids, r.logprobs, r.finish_reason, r.num_prompt_tokens, r.prefill_s, r.decode_s, r.speculation
+        )

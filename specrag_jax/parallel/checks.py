@@ -41,15 +41,34 @@ def run_model(runner: ModelRunner, prompts, max_new: int, prefix: list[int]) -> 
     pages = runner.allocator.allocate(-(-(len(prefix) + 8) // runner.page_size))
     runner.score(runner.pack([Chunk(pages, 0, prefix, rows=[0])]), [1])
     n = len(prefix)
-    tree = Chunk(pages, n, TREE["tokens"], parents=TREE["parents"], positions=[n + p for p in TREE["positions"]],
-                 write=False, rows=list(range(len(TREE["tokens"]))))
+    tree = Chunk(
+        pages,
+        n,
+        TREE["tokens"],
+        parents=TREE["parents"],
+        positions=[n + p for p in TREE["positions"]],
+        write=False,
+        rows=list(range(len(TREE["tokens"]))),
+    )
     scores = runner.score(runner.pack([tree]), TREE["tokens"][1:] + [3])
     runner.allocator.release(pages)
     return ids, scores
 
 
-def compare(cfg: ModelConfig, params, spec: str, *, impl: str = "reference", prompts=PROMPTS, max_new: int = 6,
-            prefix=None, devices=None, page_size: int = 16, max_seq_len: int = 128, **rules) -> dict:
+def compare(
+    cfg: ModelConfig,
+    params,
+    spec: str,
+    *,
+    impl: str = "reference",
+    prompts=PROMPTS,
+    max_new: int = 6,
+    prefix=None,
+    devices=None,
+    page_size: int = 16,
+    max_seq_len: int = 128,
+    **rules,
+) -> dict:
     """Single-device runner vs a runner sharded on ``spec``: tokens equal? largest score difference."""
     prefix = prefix or list(range(3, 23))
     kw = dict(num_pages=24, page_size=page_size, max_seq_len=max_seq_len, attention_impl=impl)
@@ -60,11 +79,19 @@ def compare(cfg: ModelConfig, params, spec: str, *, impl: str = "reference", pro
     runner = ModelRunner(cfg, params, placement=placement, **kw)
     ids, scores = run_model(runner, prompts, max_new, prefix)
     leaf = jax.tree_util.tree_leaves(runner.params)[0]
-    return {"spec": spec, "impl": impl, "arch": cfg.arch, "tokens_equal": ids == ref_ids, "tokens": ids,
-            "max_score_diff": float(np.max(np.abs(scores - ref_scores))),
-            "num_devices": len(leaf.sharding.device_set), "pool_sharding": str(runner.pool.k[0].sharding.spec),
-            "replicated": placement.describe(cfg, runner.params, 24)["replicated"],
-            "single_s": round(t1 - t0, 2), "sharded_s": round(time.perf_counter() - t1, 2)}
+    return {
+        "spec": spec,
+        "impl": impl,
+        "arch": cfg.arch,
+        "tokens_equal": ids == ref_ids,
+        "tokens": ids,
+        "max_score_diff": float(np.max(np.abs(scores - ref_scores))),
+        "num_devices": len(leaf.sharding.device_set),
+        "pool_sharding": str(runner.pool.k[0].sharding.spec),
+        "replicated": placement.describe(cfg, runner.params, 24)["replicated"],
+        "single_s": round(t1 - t0, 2),
+        "sharded_s": round(time.perf_counter() - t1, 2),
+    }
 
 
 def check_tiny(specs=("data=2,model=4", "model=8")) -> list[dict]:
@@ -99,8 +126,15 @@ def check_pallas_model(spec: str = "model=4") -> dict:
     out = compare(cfg, params, spec, impl="pallas", devices=jax.devices()[:n], max_new=3)
     # With the model's attention_mesh hook, every layer's kernel runs inside shard_map (a manual computation).
     out["hook"] = "attention_mesh" in getattr(Decoder, "__dataclass_fields__", {})
-    runner = ModelRunner(cfg, params, num_pages=8, page_size=16, max_seq_len=64, attention_impl="pallas",
-                         placement=Placement.from_spec(spec, jax.devices()[:n]))
+    runner = ModelRunner(
+        cfg,
+        params,
+        num_pages=8,
+        page_size=16,
+        max_seq_len=64,
+        attention_impl="pallas",
+        placement=Placement.from_spec(spec, jax.devices()[:n]),
+    )
     text = runner.lower_step("logits", runner.pack([Chunk([1, 2], 0, list(range(3, 23)), rows=[0])])).as_text()
     out["shard_map_layers"] = text.count("manual_computation")
     return out
@@ -124,19 +158,36 @@ def check_pallas(spec: str = "model=4") -> list[dict]:
             if decode:
                 chunks = [Chunk([1, 2], 20, [7], rows=[0]), Chunk([3], 5, [8], rows=[0])]
             else:
-                chunks = [Chunk([1, 2], 20, TREE["tokens"], parents=TREE["parents"],
-                                positions=[20 + p for p in TREE["positions"]], write=False, rows=[0])]
-            step = pack_chunks(chunks, page_size=ps, num_slots=n_pages * ps, min_token_bucket=8, min_page_bucket=2,
-                               max_page_bucket=4)
+                chunks = [
+                    Chunk(
+                        [1, 2],
+                        20,
+                        TREE["tokens"],
+                        parents=TREE["parents"],
+                        positions=[20 + p for p in TREE["positions"]],
+                        write=False,
+                        rows=[0],
+                    )
+                ]
+            step = pack_chunks(
+                chunks, page_size=ps, num_slots=n_pages * ps, min_token_bucket=8, min_page_bucket=2, max_page_bucket=4
+            )
             t = step.tokens.shape[0]
             q = jnp.asarray(rng.normal(size=(t, hq, d)), jnp.float32)
             kn, vn = (jnp.asarray(rng.normal(size=(t, hkv, d)), jnp.float32) for _ in range(2))
-            kw = dict(scale=d ** -0.5, tree=not decode, decode=decode, impl="pallas")
+            kw = dict(scale=d**-0.5, tree=not decode, decode=decode, impl="pallas")
             meta = jax.tree_util.tree_map(jnp.asarray, step.meta)
             ref = paged_attention(q, kn, vn, kp, vp, meta, **kw)
             got = jax.jit(functools.partial(sharded_paged_attention, mesh=mesh, **kw))(q, kn, vn, kp, vp, meta)
-            out.append({"heads": [hq, hkv], "split": head_split(hq, hkv, 4), "decode": decode,
-                        "max_diff": float(jnp.max(jnp.abs(got - ref))), "out_sharding": str(got.sharding.spec)})
+            out.append(
+                {
+                    "heads": [hq, hkv],
+                    "split": head_split(hq, hkv, 4),
+                    "decode": decode,
+                    "max_diff": float(jnp.max(jnp.abs(got - ref))),
+                    "out_sharding": str(got.sharding.spec),
+                }
+            )
     return out
 
 
@@ -159,8 +210,13 @@ def check_dense(spec: str = "data=2,model=4", num_docs: int = 1003, dim: int = 2
             want = index.search_vector(q, n)
             same &= [i for i, _ in g] == [i for i, _ in want]
             max_diff = max(max_diff, max(abs(a[1] - b[1]) for a, b in zip(g, want)))
-    return {"spec": spec, "shards": sharded.num_shards, "ids_equal": bool(same), "max_score_diff": max_diff,
-            "tie_order": [i for i, _ in sharded.search_vector(emb[500], 2)]}
+    return {
+        "spec": spec,
+        "shards": sharded.num_shards,
+        "ids_equal": bool(same),
+        "max_score_diff": max_diff,
+        "tie_order": [i for i, _ in sharded.search_vector(emb[500], 2)],
+    }
 
 
 def check_submeshes(drafter_devices: int = 2, verifier_devices: int = 6) -> dict:
@@ -178,13 +234,18 @@ def check_submeshes(drafter_devices: int = 2, verifier_devices: int = 6) -> dict
     t0 = time.perf_counter()
     d, v = run_concurrently(draft_fn, verify_fn)
     wall = time.perf_counter() - t0
-    return {"drafter_devices": sorted(x.id for x in pl.drafter.devices),
-            "verifier_devices": sorted(x.id for x in pl.verifier.devices), "disjoint": pl.disjoint(),
-            "drafter_params_on": sorted(x.id for x in jax.tree_util.tree_leaves(drafter.params)[0].sharding.device_set),
-            "verifier_pool_on": sorted(x.id for x in verifier.pool.k[0].sharding.device_set),
-            "same_as_sequential": d.value == seq_d and bool(np.allclose(v.value, seq_v, atol=1e-5)),
-            "drafter_s": round(d.end - d.start, 3), "verifier_s": round(v.end - v.start, 3),
-            "overlap_s": round(overlap_s(d, v), 3), "wall_s": round(wall, 3)}
+    return {
+        "drafter_devices": sorted(x.id for x in pl.drafter.devices),
+        "verifier_devices": sorted(x.id for x in pl.verifier.devices),
+        "disjoint": pl.disjoint(),
+        "drafter_params_on": sorted(x.id for x in jax.tree_util.tree_leaves(drafter.params)[0].sharding.device_set),
+        "verifier_pool_on": sorted(x.id for x in verifier.pool.k[0].sharding.device_set),
+        "same_as_sequential": d.value == seq_d and bool(np.allclose(v.value, seq_v, atol=1e-5)),
+        "drafter_s": round(d.end - d.start, 3),
+        "verifier_s": round(v.end - v.start, 3),
+        "overlap_s": round(overlap_s(d, v), 3),
+        "wall_s": round(wall, 3),
+    }
 
 
 def check_collectives(spec: str = "model=4") -> dict:
@@ -195,30 +256,60 @@ def check_collectives(spec: str = "model=4") -> dict:
 
     cfg = tiny("llama")
     n = math.prod(parse_mesh_spec(spec).values())
-    runner = ModelRunner(cfg, init_params(cfg, seed=3), num_pages=8, page_size=16, max_seq_len=64,
-                         placement=Placement.from_spec(spec, jax.devices()[:n]))
-    tree = runner.pack([Chunk([1, 2], 20, TREE["tokens"], parents=TREE["parents"],
-                              positions=[20 + p for p in TREE["positions"]], write=False, rows=list(range(6)))])
+    runner = ModelRunner(
+        cfg,
+        init_params(cfg, seed=3),
+        num_pages=8,
+        page_size=16,
+        max_seq_len=64,
+        placement=Placement.from_spec(spec, jax.devices()[:n]),
+    )
+    tree = runner.pack(
+        [
+            Chunk(
+                [1, 2],
+                20,
+                TREE["tokens"],
+                parents=TREE["parents"],
+                positions=[20 + p for p in TREE["positions"]],
+                write=False,
+                rows=list(range(6)),
+            )
+        ]
+    )
     decode = runner.pack([Chunk([1, 2], 20, [7], rows=[0]), Chunk([3], 5, [8], rows=[0])])
     extra = (SamplingBatch.greedy(decode.rows.shape[0]), runner.penalties.state)
-    steps = {"tree_score": runner.lower_step("score", tree, np.zeros(tree.rows.shape[0], np.int32)),
-             "decode": runner.lower_step("sample", decode, *extra)}
+    steps = {
+        "tree_score": runner.lower_step("score", tree, np.zeros(tree.rows.shape[0], np.int32)),
+        "decode": runner.lower_step("sample", decode, *extra),
+    }
     out = {name: collective_stats(low.compile().as_text()) for name, low in steps.items()}
     out["layers"] = cfg.num_layers
     out["table_bytes"] = cfg.vocab_size * cfg.hidden_size * 4
     return out
 
 
-CHECKS = {"tiny": check_tiny, "gemma": check_gemma, "pallas": check_pallas, "pallas_model": check_pallas_model,
-          "dense": check_dense, "submeshes": check_submeshes, "collectives": check_collectives}
+CHECKS = {
+    "tiny": check_tiny,
+    "gemma": check_gemma,
+    "pallas": check_pallas,
+    "pallas_model": check_pallas_model,
+    "dense": check_dense,
+    "submeshes": check_submeshes,
+    "collectives": check_collectives,
+}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checks", nargs="*", default=["tiny", "pallas", "dense", "submeshes"],
-                        help=f"any of {', '.join(CHECKS)}")
-    parser.add_argument("--spec", default=None, help="mesh spec for tiny/gemma/dense (default: each check's own, "
-                                                     "for 8 devices), e.g. model=1 on one GPU")
+    parser.add_argument(
+        "checks", nargs="*", default=["tiny", "pallas", "dense", "submeshes"], help=f"any of {', '.join(CHECKS)}"
+    )
+    parser.add_argument(
+        "--spec",
+        default=None,
+        help="mesh spec for tiny/gemma/dense (default: each check's own, for 8 devices), e.g. model=1 on one GPU",
+    )
     args = parser.parse_args(argv)
     out = {"devices": len(jax.devices()), "platform": jax.devices()[0].platform}
     for name in args.checks:

@@ -26,38 +26,71 @@ from specrag_jax.parallel.hlo import collective_stats
 from specrag_jax.parallel.mesh import parse_mesh_spec
 from specrag_jax.parallel.placement import Placement
 
-LAYOUTS = {"tp_in_experts": ("model=8", {}), "expert_parallel": ("model=8", {"experts": "model"}),
-           "tp_data": ("data=2,model=4", {})}
+LAYOUTS = {
+    "tp_in_experts": ("model=8", {}),
+    "expert_parallel": ("model=8", {"experts": "model"}),
+    "tp_data": ("data=2,model=4", {}),
+}
 
 
 def tiny_moe() -> ModelConfig:
     """Tiny Mixtral whose heads, KV heads, vocabulary, experts (8) and expert width (32) split over 8 devices."""
-    return tiny_config("mixtral", vocab_size=128, num_heads=8, num_kv_heads=4, head_dim=16, intermediate_size=32,
-                       num_experts=8, experts_per_token=2)
+    return tiny_config(
+        "mixtral",
+        vocab_size=128,
+        num_heads=8,
+        num_kv_heads=4,
+        head_dim=16,
+        intermediate_size=32,
+        num_experts=8,
+        experts_per_token=2,
+    )
 
 
 def step_collectives(cfg: ModelConfig, params, spec: str, rules: dict) -> dict:
     """Collectives of the compiled prefill (16 tokens), tree score and decode (2 sequences) steps."""
     n = math.prod(parse_mesh_spec(spec).values())
-    runner = ModelRunner(cfg, params, num_pages=8, page_size=16, max_seq_len=64,
-                         placement=Placement.from_spec(spec, jax.devices()[:n], **rules))
+    runner = ModelRunner(
+        cfg,
+        params,
+        num_pages=8,
+        page_size=16,
+        max_seq_len=64,
+        placement=Placement.from_spec(spec, jax.devices()[:n], **rules),
+    )
     prefill = runner.pack([Chunk([1, 2], 0, list(range(3, 19)), rows=[15])])
-    tree = runner.pack([Chunk([1, 2], 20, TREE["tokens"], parents=TREE["parents"],
-                              positions=[20 + p for p in TREE["positions"]], write=False, rows=list(range(6)))])
+    tree = runner.pack(
+        [
+            Chunk(
+                [1, 2],
+                20,
+                TREE["tokens"],
+                parents=TREE["parents"],
+                positions=[20 + p for p in TREE["positions"]],
+                write=False,
+                rows=list(range(6)),
+            )
+        ]
+    )
     decode = runner.pack([Chunk([1, 2], 20, [7], rows=[0]), Chunk([3], 5, [8], rows=[0])])
 
     def extra(step):
         return SamplingBatch.greedy(step.rows.shape[0]), runner.penalties.state
 
-    lowered = {"prefill": runner.lower_step("sample", prefill, *extra(prefill)),
-               "tree_score": runner.lower_step("score", tree, np.zeros(tree.rows.shape[0], np.int32)),
-               "decode": runner.lower_step("sample", decode, *extra(decode))}
+    lowered = {
+        "prefill": runner.lower_step("sample", prefill, *extra(prefill)),
+        "tree_score": runner.lower_step("score", tree, np.zeros(tree.rows.shape[0], np.int32)),
+        "decode": runner.lower_step("sample", decode, *extra(decode)),
+    }
     out = {}
     for name, low in lowered.items():
         stats = collective_stats(low.compile().as_text())
         tokens = {"prefill": prefill, "tree_score": tree, "decode": decode}[name].tokens.shape[0]
-        out[name] = {"tokens": int(tokens), "moe_impl": cfg.moe_impl_for(int(tokens)),
-                     "collectives": {k: v for k, v in stats.items() if v["count"] or k == "total"}}
+        out[name] = {
+            "tokens": int(tokens),
+            "moe_impl": cfg.moe_impl_for(int(tokens)),
+            "collectives": {k: v for k, v in stats.items() if v["count"] or k == "total"},
+        }
     return out
 
 
@@ -69,7 +102,7 @@ def check_moe(layouts=tuple(LAYOUTS)) -> dict:
         spec, rules = LAYOUTS[name]
         t0 = time.perf_counter()
         r = compare(cfg, params, spec, **rules)
-        placement = Placement.from_spec(spec, jax.devices()[:math.prod(parse_mesh_spec(spec).values())], **rules)
+        placement = Placement.from_spec(spec, jax.devices()[: math.prod(parse_mesh_spec(spec).values())], **rules)
         described = placement.describe(cfg, params, 24)["params"]
         r["specs"] = {k.split("/", 2)[-1]: v for k, v in described.items() if "/mlp/" in k}
         r["steps"] = step_collectives(cfg, params, spec, rules)

@@ -24,14 +24,25 @@ from specrag_jax.parallel.submesh import ModelPlacements
 def add_mesh_arguments(parser: argparse.ArgumentParser, *, groups: bool = True) -> None:
     """Add ``--mesh`` (and, with ``groups``, ``--drafter-devices`` / ``--verifier-devices``) to a parser."""
     g = parser.add_argument_group("devices and sharding")
-    g.add_argument("--mesh", default=None, metavar="SPEC",
-                   help="device mesh, e.g. 'model=8' or 'data=2,model=4' (default: one device, unsharded)")
+    g.add_argument(
+        "--mesh",
+        default=None,
+        metavar="SPEC",
+        help="device mesh, e.g. 'model=8' or 'data=2,model=4' (default: one device, unsharded)",
+    )
     if groups:
-        g.add_argument("--drafter-devices", default=None, metavar="N|IDS",
-                       help="devices of the drafter: a count ('2') or indices ('0,1', '0-1'); disjoint from the "
-                            "verifier's")
-        g.add_argument("--verifier-devices", default=None, metavar="N|IDS",
-                       help="devices of the verifier (default with --drafter-devices: the remaining ones)")
+        g.add_argument(
+            "--drafter-devices",
+            default=None,
+            metavar="N|IDS",
+            help="devices of the drafter: a count ('2') or indices ('0,1', '0-1'); disjoint from the verifier's",
+        )
+        g.add_argument(
+            "--verifier-devices",
+            default=None,
+            metavar="N|IDS",
+            help="devices of the verifier (default with --drafter-devices: the remaining ones)",
+        )
 
 
 def placement_from_args(args: argparse.Namespace, devices: Sequence[jax.Device] | None = None) -> Placement | None:
@@ -57,8 +68,7 @@ def _group(text: str, devices: list, taken: set[int]) -> list:
     return parse_device_list(text, devices)
 
 
-def placements_from_args(args: argparse.Namespace,
-                         devices: Sequence[jax.Device] | None = None) -> ModelPlacements:
+def placements_from_args(args: argparse.Namespace, devices: Sequence[jax.Device] | None = None) -> ModelPlacements:
     """Drafter and verifier placements from the flags (both None when no flag is given)."""
     d_text, v_text = getattr(args, "drafter_devices", None), getattr(args, "verifier_devices", None)
     if d_text is None and v_text is None:

@@ -13,7 +13,8 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.parallel.placement import Placement, put_global
@@ -44,10 +45,17 @@ class ShardedDenseIndex:
     def _fn(self, k: int):
         if k not in self._search:
             mesh, axes = self.placement.mesh, self.axes
-            body = functools.partial(_local_topk, k=k, k_local=min(k, self.rows_per_shard),
-                                     rows=self.rows_per_shard, total=len(self.index), axes=axes)
-            sm = jax.shard_map(body, mesh=mesh, in_specs=(P(axes or None, None), P()), out_specs=(P(), P()),
-                               check_vma=False)
+            body = functools.partial(
+                _local_topk,
+                k=k,
+                k_local=min(k, self.rows_per_shard),
+                rows=self.rows_per_shard,
+                total=len(self.index),
+                axes=axes,
+            )
+            sm = jax.shard_map(
+                body, mesh=mesh, in_specs=(P(axes or None, None), P()), out_specs=(P(), P()), check_vma=False
+            )
             self._search[k] = jax.jit(sm, out_shardings=(self.placement.replicated,) * 2)
         return self._search[k]
 

@@ -33,12 +33,20 @@ def sharded_forward_logits(spec: str, seed: int = 3, placement=None) -> np.ndarr
     cfg = tiny("llama")
     if placement is None and spec:
         placement = Placement.from_spec(spec)
-    runner = ModelRunner(cfg, init_params(cfg, seed=seed), num_pages=8, page_size=16, max_seq_len=64,
-                         placement=placement)
+    runner = ModelRunner(
+        cfg, init_params(cfg, seed=seed), num_pages=8, page_size=16, max_seq_len=64, placement=placement
+    )
     pages = runner.allocator.allocate(2)
     prefill = runner.logits(runner.pack([Chunk(pages, 0, list(range(3, 23)), rows=[0, 19])]))
-    tree = Chunk(pages, 20, TREE["tokens"], parents=TREE["parents"], positions=[20 + p for p in TREE["positions"]],
-                 write=False, rows=list(range(6)))
+    tree = Chunk(
+        pages,
+        20,
+        TREE["tokens"],
+        parents=TREE["parents"],
+        positions=[20 + p for p in TREE["positions"]],
+        write=False,
+        rows=list(range(6)),
+    )
     return np.concatenate([prefill, runner.logits(runner.pack([tree]))])
 
 
@@ -52,8 +60,16 @@ def main(argv=None) -> int:
     initialize(args.coordinator, args.num_processes, args.process_id)
     logits = sharded_forward_logits(args.mesh)
     if args.process_id == 0:
-        print(json.dumps({"process_count": jax.process_count(), "devices": len(jax.devices()),
-                          "local_devices": len(jax.local_devices()), "logits": logits.tolist()}))
+        print(
+            json.dumps(
+                {
+                    "process_count": jax.process_count(),
+                    "devices": len(jax.devices()),
+                    "local_devices": len(jax.local_devices()),
+                    "logits": logits.tolist(),
+                }
+            )
+        )
     jax.distributed.shutdown()
     return 0
 

@@ -10,8 +10,23 @@ from __future__ import annotations
 import re
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
-                "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
+_DTYPE_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+}
 _OP = re.compile(r"=\s*(?P<shape>.+?)\s+(?P<op>" + "|".join(KINDS) + r")(?P<start>-start)?\(")
 _ARRAY = re.compile(r"(?P<dt>[a-z]+[0-9]*)\[(?P<dims>[0-9,]*)\]")
 
@@ -42,6 +57,8 @@ def collective_stats(hlo_text: str) -> dict[str, dict[str, int]]:
         size = sizes[-1] if m.group("start") and m.group("shape").startswith("(") else sum(sizes)
         stats[m.group("op")]["count"] += 1
         stats[m.group("op")]["bytes"] += size
-    stats["total"] = {"count": sum(v["count"] for v in stats.values()),
-                      "bytes": sum(v["bytes"] for v in stats.values())}
+    stats["total"] = {
+        "count": sum(v["count"] for v in stats.values()),
+        "bytes": sum(v["bytes"] for v in stats.values()),
+    }
     return stats

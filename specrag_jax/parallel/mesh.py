@@ -50,8 +50,9 @@ def parse_device_list(text: str, devices: Sequence[jax.Device] | None = None) ->
             lo, sep, hi = part.strip().partition("-")
             ids.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
     except ValueError:
-        raise SpecRagError(f"bad device list {text!r}: write a count ('2'), indices ('0,1') or a range ('2-7')"
-                           ) from None
+        raise SpecRagError(
+            f"bad device list {text!r}: write a count ('2'), indices ('0,1') or a range ('2-7')"
+        ) from None
     bad = [i for i in ids if not 0 <= i < len(devices)]
     if bad:
         raise SpecRagError(f"device index {bad[0]} out of range: {len(devices)} devices are available")
@@ -60,8 +61,7 @@ def parse_device_list(text: str, devices: Sequence[jax.Device] | None = None) ->
     return [devices[i] for i in ids]
 
 
-def make_mesh(spec: str | dict[str, int] | Mesh | None = None,
-              devices: Sequence[jax.Device] | None = None) -> Mesh:
+def make_mesh(spec: str | dict[str, int] | Mesh | None = None, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A mesh over ``devices`` (default: all of ``jax.devices()``) shaped by ``spec``.
 
     The product of the axis sizes must equal the number of devices; a missing spec puts every device on
@@ -79,8 +79,10 @@ def make_mesh(spec: str | dict[str, int] | Mesh | None = None,
     size = math.prod(axes.values())
     if size != len(devices):
         shape = ",".join(f"{k}={v}" for k, v in axes.items())
-        raise SpecRagError(f"mesh {shape} needs {size} devices but {len(devices)} are given "
-                           f"({devices[0].platform}); make the axis sizes multiply to {len(devices)}")
+        raise SpecRagError(
+            f"mesh {shape} needs {size} devices but {len(devices)} are given "
+            f"({devices[0].platform}); make the axis sizes multiply to {len(devices)}"
+        )
     if len({d.id for d in devices}) != len(devices):
         raise SpecRagError("a mesh cannot use the same device twice")
     grid = np.asarray(devices, dtype=object).reshape(tuple(axes.values()))
@@ -98,17 +100,19 @@ def split_devices(devices: Sequence[jax.Device] | None, sizes: Sequence[int]) ->
     if any(s < 1 for s in sizes):
         raise SpecRagError(f"every device group needs >= 1 device (got sizes {list(sizes)})")
     if sum(sizes) > len(devices):
-        raise SpecRagError(f"device groups of sizes {list(sizes)} need {sum(sizes)} devices but only "
-                           f"{len(devices)} are available")
+        raise SpecRagError(
+            f"device groups of sizes {list(sizes)} need {sum(sizes)} devices but only {len(devices)} are available"
+        )
     out, start = [], 0
     for s in sizes:
-        out.append(devices[start:start + s])
+        out.append(devices[start : start + s])
         start += s
     return out
 
 
-def disjoint_meshes(specs: Sequence[str | dict[str, int] | None], sizes: Sequence[int],
-                    devices: Sequence[jax.Device] | None = None) -> list[Mesh]:
+def disjoint_meshes(
+    specs: Sequence[str | dict[str, int] | None], sizes: Sequence[int], devices: Sequence[jax.Device] | None = None
+) -> list[Mesh]:
     """One mesh per (spec, size) over consecutive disjoint device groups."""
     if len(specs) != len(sizes):
         raise SpecRagError("disjoint_meshes needs one spec per device group")

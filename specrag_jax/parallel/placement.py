@@ -14,7 +14,8 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from specrag_jax.kernels import KVPool, make_pool
 from specrag_jax.kernels.metadata import AttentionMetadata
@@ -55,8 +56,7 @@ class Placement:
     # ------------------------------------------------------------------ parameters and pool
     def param_shardings(self, cfg: ModelConfig, params: Any, replicated: list[str] | None = None) -> Any:
         specs = param_specs(cfg, params, self.mesh, self.rules, replicated)
-        return jax.tree_util.tree_map(lambda s: NamedSharding(self.mesh, s), specs,
-                                      is_leaf=lambda x: isinstance(x, P))
+        return jax.tree_util.tree_map(lambda s: NamedSharding(self.mesh, s), specs, is_leaf=lambda x: isinstance(x, P))
 
     def put_params(self, cfg: ModelConfig, params: Any) -> Any:
         """Commit a parameter tree with its shardings (works across processes: each fills its own shards)."""
@@ -72,9 +72,10 @@ class Placement:
 
     def make_pool(self, cfg: ModelConfig, num_pages: int, page_size: int, dtype) -> KVPool:
         """A zero pool created directly in its sharding (never whole on one device)."""
-        fn = jax.jit(lambda: make_pool(cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim,
-                                       jnp.dtype(dtype)),
-                     out_shardings=self.pool_shardings(cfg, num_pages))
+        fn = jax.jit(
+            lambda: make_pool(cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim, jnp.dtype(dtype)),
+            out_shardings=self.pool_shardings(cfg, num_pages),
+        )
         return fn()
 
     # ------------------------------------------------------------------ activations
@@ -85,8 +86,11 @@ class Placement:
     def meta_shardings(self, meta: AttentionMetadata) -> AttentionMetadata:
         """Per-field shardings of a step's metadata: token arrays as ``token_sharding``, the rest whole."""
         tok = self.token_sharding(int(np.shape(meta.token_seq)[0]))
-        fields = {f.name: (tok if f.name in _TOKEN_FIELDS else self.replicated)
-                  for f in dataclasses.fields(meta) if getattr(meta, f.name) is not None}
+        fields = {
+            f.name: (tok if f.name in _TOKEN_FIELDS else self.replicated)
+            for f in dataclasses.fields(meta)
+            if getattr(meta, f.name) is not None
+        }
         return AttentionMetadata(**{**{"ancestors": None}, **fields})
 
     def put(self, value: Any, sharding: NamedSharding) -> jax.Array:
@@ -97,10 +101,16 @@ class Placement:
         """What is split and what is replicated (for logs and the collectives benchmark)."""
         notes: list[str] = []
         specs = param_specs(cfg, params, self.mesh, self.rules, notes)
-        flat = {"/".join(str(getattr(k, "key", k)) for k in path): str(s)
-                for path, s in jax.tree_util.tree_flatten_with_path(specs, is_leaf=lambda x: isinstance(x, P))[0]}
-        return {"mesh": self.spec, "params": flat, "kv_pool": str(pool_spec(cfg, num_pages, self.mesh, self.rules)),
-                "replicated": sorted({re.sub(r"layers_\d+/", "layers_*/", n) for n in notes})}
+        flat = {
+            "/".join(str(getattr(k, "key", k)) for k in path): str(s)
+            for path, s in jax.tree_util.tree_flatten_with_path(specs, is_leaf=lambda x: isinstance(x, P))[0]
+        }
+        return {
+            "mesh": self.spec,
+            "params": flat,
+            "kv_pool": str(pool_spec(cfg, num_pages, self.mesh, self.rules)),
+            "replicated": sorted({re.sub(r"layers_\d+/", "layers_*/", n) for n in notes}),
+        }
 
 
 def put_global(value: Any, sharding: NamedSharding) -> jax.Array:

@@ -21,7 +21,8 @@ import math
 from typing import Any, Mapping
 
 import jax
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig
@@ -30,17 +31,17 @@ MeshAxes = str | tuple[str, ...] | None
 
 # Megatron-style tensor parallelism over "model", data parallelism (packed tokens) over "data".
 DEFAULT_RULES: dict[str, MeshAxes] = {
-    "batch": "data",     # packed tokens of a step (activations)
-    "vocab": "model",    # embedding / LM head rows
-    "embed": None,       # hidden size: replicated (the residual stream is whole on every device)
-    "heads": "model",    # query heads (and the attention output projection's input)
+    "batch": "data",  # packed tokens of a step (activations)
+    "vocab": "model",  # embedding / LM head rows
+    "embed": None,  # hidden size: replicated (the residual stream is whole on every device)
+    "heads": "model",  # query heads (and the attention output projection's input)
     "kv_heads": "model",  # K/V heads (projections and the page pool)
-    "mlp": "model",      # intermediate size of the gated MLP (and of each expert)
-    "experts": None,     # MoE expert axis: whole (tensor parallel inside experts); "model" = expert parallel
+    "mlp": "model",  # intermediate size of the gated MLP (and of each expert)
+    "experts": None,  # MoE expert axis: whole (tensor parallel inside experts); "model" = expert parallel
     "expert_logits": None,  # router output columns: the router is replicated
     "head_dim": None,
     "layers": None,
-    "pages": None,       # page pool: each model-parallel group holds every page (of its heads)
+    "pages": None,  # page pool: each model-parallel group holds every page (of its heads)
     "page_slot": None,
     "docs": ("data", "model"),  # dense-index rows: spread over every device
 }
@@ -75,9 +76,17 @@ POOL_AXES = ("pages", "page_slot", "kv_heads", "head_dim")
 
 def logical_sizes(cfg: ModelConfig) -> dict[str, int]:
     """The count each logical axis splits (heads count whole heads, not heads * head_dim columns)."""
-    return {"vocab": cfg.vocab_size, "embed": cfg.hidden_size, "heads": cfg.num_heads,
-            "kv_heads": cfg.num_kv_heads, "mlp": cfg.intermediate_size, "head_dim": cfg.head_dim,
-            "layers": cfg.num_layers, "experts": cfg.num_experts, "expert_logits": cfg.num_experts}
+    return {
+        "vocab": cfg.vocab_size,
+        "embed": cfg.hidden_size,
+        "heads": cfg.num_heads,
+        "kv_heads": cfg.num_kv_heads,
+        "mlp": cfg.intermediate_size,
+        "head_dim": cfg.head_dim,
+        "layers": cfg.num_layers,
+        "experts": cfg.num_experts,
+        "expert_logits": cfg.num_experts,
+    }
 
 
 def _key(entry: Any) -> str:
@@ -100,9 +109,14 @@ def leaf_logical_axes(path: tuple, ndim: int, moe: bool = False) -> tuple[str, .
     return axes
 
 
-def resolve_spec(axes: tuple[str, ...], sizes: Mapping[str, int], mesh: Mesh,
-                 rules: Mapping[str, MeshAxes] = DEFAULT_RULES, replicated: list[str] | None = None,
-                 what: str = "array") -> P:
+def resolve_spec(
+    axes: tuple[str, ...],
+    sizes: Mapping[str, int],
+    mesh: Mesh,
+    rules: Mapping[str, MeshAxes] = DEFAULT_RULES,
+    replicated: list[str] | None = None,
+    what: str = "array",
+) -> P:
     """PartitionSpec for an array with the given logical axes.
 
     A logical axis is split over its rule's mesh axes (those present in ``mesh`` and not already used by
@@ -123,8 +137,10 @@ def resolve_spec(axes: tuple[str, ...], sizes: Mapping[str, int], mesh: Mesh,
         if size is None or size % n:
             split = ",".join(f"{a}={mesh.shape[a]}" for a in mesh_axes)
             if name in STRICT_AXES:
-                raise SpecRagError(f"{what}: {name} dimension of size {size} cannot be divided over mesh "
-                                   f"axes {split}; choose a size that is a multiple of {n}")
+                raise SpecRagError(
+                    f"{what}: {name} dimension of size {size} cannot be divided over mesh "
+                    f"axes {split}; choose a size that is a multiple of {n}"
+                )
             if replicated is not None:
                 replicated.append(f"{what}:{name}({size} over {split})")
             out.append(None)
@@ -136,8 +152,13 @@ def resolve_spec(axes: tuple[str, ...], sizes: Mapping[str, int], mesh: Mesh,
     return P(*out)
 
 
-def param_specs(cfg: ModelConfig, params: Any, mesh: Mesh, rules: Mapping[str, MeshAxes] = DEFAULT_RULES,
-                replicated: list[str] | None = None) -> Any:
+def param_specs(
+    cfg: ModelConfig,
+    params: Any,
+    mesh: Mesh,
+    rules: Mapping[str, MeshAxes] = DEFAULT_RULES,
+    replicated: list[str] | None = None,
+) -> Any:
     """A PartitionSpec per parameter leaf (stacked or per-layer layout, either architecture)."""
     sizes = logical_sizes(cfg)
 
@@ -149,8 +170,13 @@ def param_specs(cfg: ModelConfig, params: Any, mesh: Mesh, rules: Mapping[str, M
     return jax.tree_util.tree_map_with_path(spec, params)
 
 
-def pool_spec(cfg: ModelConfig, num_pages: int, mesh: Mesh, rules: Mapping[str, MeshAxes] = DEFAULT_RULES,
-              replicated: list[str] | None = None) -> P:
+def pool_spec(
+    cfg: ModelConfig,
+    num_pages: int,
+    mesh: Mesh,
+    rules: Mapping[str, MeshAxes] = DEFAULT_RULES,
+    replicated: list[str] | None = None,
+) -> P:
     """PartitionSpec of one layer's K (or V) page pool ``[num_pages, page_size, Hkv, D]``."""
     sizes = {"pages": num_pages, "kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}
     return resolve_spec(POOL_AXES, sizes, mesh, rules, replicated, what="kv_pool")

@@ -32,9 +32,14 @@ class ModelPlacements:
         return not {d.id for d in self.drafter.devices} & {d.id for d in self.verifier.devices}
 
 
-def drafter_verifier_placements(drafter_devices: int, verifier_devices: int, *, drafter_spec: str | None = None,
-                                verifier_spec: str | None = None,
-                                devices: Sequence[jax.Device] | None = None) -> ModelPlacements:
+def drafter_verifier_placements(
+    drafter_devices: int,
+    verifier_devices: int,
+    *,
+    drafter_spec: str | None = None,
+    verifier_spec: str | None = None,
+    devices: Sequence[jax.Device] | None = None,
+) -> ModelPlacements:
     """Split the first ``drafter_devices + verifier_devices`` devices into two disjoint meshes.
 
     A spec of None puts all of a group's devices on ``model`` (tensor parallel).

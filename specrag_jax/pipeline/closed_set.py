@@ -20,8 +20,9 @@ CLOSED_TASKS = ("arc_c", "pubhealth")
 # Self-RAG's instructions for the two closed-set tasks (run_short_form.py), with the labels this question has
 CLAIM_INSTRUCTION = "Is the following statement correct or not? Say true if it's correct; otherwise say false."
 CLAIM_WORDS = {"true": "true", "supports": "true", "false": "false", "refutes": "false"}
-_PREFIX = re.compile(r"^\W*(?:the\s+)?(?:correct\s+|best\s+)?(?:answer|choice|response|option)?(?:\s+is)?\W*",
-                     re.IGNORECASE)
+_PREFIX = re.compile(
+    r"^\W*(?:the\s+)?(?:correct\s+|best\s+)?(?:answer|choice|response|option)?(?:\s+is)?\W*", re.IGNORECASE
+)
 
 
 def _join(labels: Sequence[str]) -> str:
@@ -42,8 +43,9 @@ class ClosedSet:
         if self.task == "pubhealth":
             return CLAIM_INSTRUCTION
         lines = "".join(f"{label}: {text}\n" for label, text in zip(self.labels, self.texts))
-        return (f"{lines}Given {len(self.labels)} answer candidates, {_join(self.labels)}, choose the best answer "
-                f"choice.")
+        return (
+            f"{lines}Given {len(self.labels)} answer candidates, {_join(self.labels)}, choose the best answer choice."
+        )
 
     @property
     def response_hint(self) -> str:

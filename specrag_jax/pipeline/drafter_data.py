@@ -117,9 +117,20 @@ def row_fields(row: dict) -> tuple[str, list[str], list[dict]] | str:
 class DrafterDataBuilder:
     """Turns data rows into drafter examples with a teacher model (see the module docstring)."""
 
-    def __init__(self, drafter: TextModel, teacher: TextModel, subsets: SubsetFn, *, k: int = 2, m: int = 5,
-                 max_doc_tokens: int = 160, max_rationale_tokens: int = 64, max_tokens: int = 1024,
-                 seed: int = 0, require: str = "answer") -> None:
+    def __init__(
+        self,
+        drafter: TextModel,
+        teacher: TextModel,
+        subsets: SubsetFn,
+        *,
+        k: int = 2,
+        m: int = 5,
+        max_doc_tokens: int = 160,
+        max_rationale_tokens: int = 64,
+        max_tokens: int = 1024,
+        seed: int = 0,
+        require: str = "answer",
+    ) -> None:
         if require not in REQUIRE:
             raise SpecRagError(f"require must be one of {', '.join(REQUIRE)} (got {require!r})")
         self.require = require
@@ -142,8 +153,9 @@ class DrafterDataBuilder:
         subsets = [[docs[i] for i in s] for s in picks]
         answer = answers[0]
         prompts = [teacher_prompt(question, s, answer) for s in subsets]
-        outs = self.teacher.generate(prompts, SamplingParams(), self.max_rationale_tokens, stop=["\n"],
-                                     chat=self.teacher.instruct)
+        outs = self.teacher.generate(
+            prompts, SamplingParams(), self.max_rationale_tokens, stop=["\n"], chat=self.teacher.instruct
+        )
         prefix_ids, suffixes = draft_prompts(self.drafter, question, subsets)
         kept = []
         for subset, out, suffix in zip(subsets, outs, suffixes):
@@ -152,8 +164,7 @@ class DrafterDataBuilder:
             rationale = first_line(out.text)
             reason = self._reject_reason(rationale, answers, len(subset))
             if reason is None:
-                example = self._example(question, answers, answer, subset, rationale, prefix_ids + suffix, row,
-                                        source)
+                example = self._example(question, answers, answer, subset, rationale, prefix_ids + suffix, row, source)
                 reason = example if isinstance(example, str) else None
             if reason is not None:
                 self.stats.reject(reason)
@@ -174,8 +185,17 @@ class DrafterDataBuilder:
             return f"rationale fails the required check ({self.require}; passed: {', '.join(passed)})"
         return None
 
-    def _example(self, question: str, answers: list[str], answer: str, subset: list[dict], rationale: str,
-                 prompt_ids: list[int], row: dict, source: str) -> dict[str, Any] | str:
+    def _example(
+        self,
+        question: str,
+        answers: list[str],
+        answer: str,
+        subset: list[dict],
+        rationale: str,
+        prompt_ids: list[int],
+        row: dict,
+        source: str,
+    ) -> dict[str, Any] | str:
         tok = self.drafter.tokenizer
         target = draft_target(rationale, answer)
         target_ids = tok.encode(target, add_bos=False)
@@ -184,7 +204,17 @@ class DrafterDataBuilder:
         checks = rationale_checks(rationale, answers, len(subset))
         for c in checks:
             self.stats.checks_passed[c] = self.stats.checks_passed.get(c, 0) + 1
-        return {"prompt": tok.decode(prompt_ids, skip_special=False), "target": target, "prompt_ids": prompt_ids,
-                "target_ids": target_ids, "question": question, "answers": answers,
-                "doc_ids": [d["id"] for d in subset], "checks": checks, "source": source,
-                "question_id": row.get("question_id"), "drafter": self.drafter.name, "teacher": self.teacher.name}
+        return {
+            "prompt": tok.decode(prompt_ids, skip_special=False),
+            "target": target,
+            "prompt_ids": prompt_ids,
+            "target_ids": target_ids,
+            "question": question,
+            "answers": answers,
+            "doc_ids": [d["id"] for d in subset],
+            "checks": checks,
+            "source": source,
+            "question_id": row.get("question_id"),
+            "drafter": self.drafter.name,
+            "teacher": self.teacher.name,
+        }

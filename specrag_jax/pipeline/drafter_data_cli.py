@@ -41,10 +41,14 @@ def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-docs", type=int, default=10, help="--corpus: documents per synthetic question")
     p.add_argument("--max-doc-tokens", type=int, default=160)
     p.add_argument("--max-tokens", type=int, default=1024, help="longest example (prompt + target tokens) kept")
-    p.add_argument("--require", default="answer", choices=["answer", "citation", "either", "both"],
-                   help="the rationale check an example must pass (answer: it mentions a gold answer; citation: "
-                        "it cites a document of its subset); default answer (a citation alone keeps rationales "
-                        "that contradict the gold answer)")
+    p.add_argument(
+        "--require",
+        default="answer",
+        choices=["answer", "citation", "either", "both"],
+        help="the rationale check an example must pass (answer: it mentions a gold answer; citation: "
+        "it cites a document of its subset); default answer (a citation alone keeps rationales "
+        "that contradict the gold answer)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -57,7 +61,7 @@ def _source_rows(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     from specrag_jax.retrieval import load_corpus
 
     if args.data is not None:
-        rows = split_rows(load_questions(args.data), args.split, args.holdout_fraction)[args.offset:]
+        rows = split_rows(load_questions(args.data), args.split, args.holdout_fraction)[args.offset :]
         rows = rows if args.limit is None else rows[: args.limit]
         if not rows:
             raise SpecRagError(f"--split {args.split} --offset {args.offset} leaves no rows of {args.data}")
@@ -101,28 +105,50 @@ def drafter_data_main(args: argparse.Namespace) -> int:
     dropped: dict[str, int] = {}
     if corpus:
         search = lexical_search(LexicalIndex.build(corpus))
-        rows, dropped = synthetic_rows(teacher, corpus[args.offset:][: args.synthetic], search, args.n_docs,
-                                       seed=args.seed)
-    builder = DrafterDataBuilder(drafter, teacher, clustered_subsets(Embedder(drafter)), k=args.k, m=args.m,
-                                 max_doc_tokens=args.max_doc_tokens, max_tokens=args.max_tokens, seed=args.seed,
-                                 require=args.require)
+        rows, dropped = synthetic_rows(
+            teacher, corpus[args.offset :][: args.synthetic], search, args.n_docs, seed=args.seed
+        )
+    builder = DrafterDataBuilder(
+        drafter,
+        teacher,
+        clustered_subsets(Embedder(drafter)),
+        k=args.k,
+        m=args.m,
+        max_doc_tokens=args.max_doc_tokens,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        require=args.require,
+    )
     lines, source = [], "corpus" if args.corpus else "data"
     for row in tqdm(rows, desc="questions", unit="q", disable=args.quiet, file=sys.stderr):
         lines += [json.dumps(e, ensure_ascii=False) + "\n" for e in builder.examples(row, source)]
     if not lines:
-        raise SpecRagError(f"no example passed the checks ({builder.stats.rows} rows; rejected: "
-                           f"{builder.stats.rejected or 'none'}; skipped rows: {builder.stats.skipped_rows or 'none'})")
+        raise SpecRagError(
+            f"no example passed the checks ({builder.stats.rows} rows; rejected: "
+            f"{builder.stats.rejected or 'none'}; skipped rows: {builder.stats.skipped_rows or 'none'})"
+        )
     _write_atomic(out, lines)
-    summary = {"out": str(out), "source": args.data or args.corpus, "drafter": args.drafter, "teacher": args.teacher,
-               "offset": args.offset, "limit": args.limit, "split": args.split,
-               "holdout_fraction": args.holdout_fraction, "require": args.require,
-               **dataclasses.asdict(builder.stats),
-               "synthetic_dropped": dropped, "wall_s": round(time.perf_counter() - t0, 2),
-               "command": "specrag " + " ".join(sys.argv[1:])}
+    summary = {
+        "out": str(out),
+        "source": args.data or args.corpus,
+        "drafter": args.drafter,
+        "teacher": args.teacher,
+        "offset": args.offset,
+        "limit": args.limit,
+        "split": args.split,
+        "holdout_fraction": args.holdout_fraction,
+        "require": args.require,
+        **dataclasses.asdict(builder.stats),
+        "synthetic_dropped": dropped,
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "command": "specrag " + " ".join(sys.argv[1:]),
+    }
     _write_atomic(out.with_name(out.name + ".summary.json"), [json.dumps(summary, indent=1) + "\n"])
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"{summary['kept']} examples from {summary['rows']} rows ({summary['examples']} shown to the teacher; "
-              f"rejected: {summary['rejected'] or 'none'}) in {summary['wall_s']:.0f} s -> {out}")
+        print(
+            f"{summary['kept']} examples from {summary['rows']} rows ({summary['examples']} shown to the teacher; "
+            f"rejected: {summary['rejected'] or 'none'}) in {summary['wall_s']:.0f} s -> {out}"
+        )
     return 0

@@ -98,8 +98,9 @@ def _kept(model: TextModel, token_ids: list[int], logprobs: list[float]) -> tupl
     return first_line(model.tokenizer.decode(token_ids[:n])), float(sum(logprobs[:n])), n
 
 
-def draft_prompts(drafter: TextModel, question: str, subsets: Sequence[Sequence[dict]],
-                  closed: ClosedSet | None = None) -> tuple[list[int], list[list[int]]]:
+def draft_prompts(
+    drafter: TextModel, question: str, subsets: Sequence[Sequence[dict]], closed: ClosedSet | None = None
+) -> tuple[list[int], list[list[int]]]:
     """Token ids of drafting's shared prefix and of each subset's evidence branch (progressive prefill too)."""
     prefix = drafter_prefix(question, closed)
     prefix_ids, _ = split_chat_prompt(drafter, prefix, "")
@@ -134,14 +135,19 @@ def write_drafts(
     def between(_phase: int, row: int, res) -> tuple[int, list[int]]:
         # Keep the rationale's first line (without its line-ending token) and force "\n## Response:".
         keep = _line_end(drafter, res.token_ids)
-        rationales[row] = (first_line(drafter.tokenizer.decode(res.token_ids[:keep])),
-                           float(sum(res.logprobs[:keep])), keep)
+        rationales[row] = (
+            first_line(drafter.tokenizer.decode(res.token_ids[:keep])),
+            float(sum(res.logprobs[:keep])),
+            keep,
+        )
         refed[row] = int(keep == len(res.token_ids))
         return keep, response_ids
 
     gen = drafter.generator
-    phases = [Phase(max_rationale_tokens, _stop_at_line_end(drafter)),
-              Phase(max_answer_tokens, _stop_at_line_end(drafter))]
+    phases = [
+        Phase(max_rationale_tokens, _stop_at_line_end(drafter)),
+        Phase(max_answer_tokens, _stop_at_line_end(drafter)),
+    ]
     # The branches keep their K/V between the phases: phase 2 prefills only the forced tag.
     t_submit = time.perf_counter()
     phase1, phase2 = gen.generate_phases(prefix_ids, suffixes, phases, between, sampling)
@@ -151,11 +157,18 @@ def write_drafts(
         rat, lp1, n1 = rationales[i]
         ans, lp2, n2 = _kept(drafter, res.token_ids, res.logprobs)
         label = ans if closed is None else closed.parse(ans)
-        drafts.append(Draft(
-            index=i, doc_ids=[str(d.get("id")) for d in subset],
-            text=f"{RATIONALE_TAG} {rat}\n{RESPONSE_TAG} {ans}", rationale=rat, answer=label or ans,
-            parsed=bool(rat and label), draft_logprob=lp1 + lp2, draft_tokens=n1 + n2,
-        ))
+        drafts.append(
+            Draft(
+                index=i,
+                doc_ids=[str(d.get("id")) for d in subset],
+                text=f"{RATIONALE_TAG} {rat}\n{RESPONSE_TAG} {ans}",
+                rationale=rat,
+                answer=label or ans,
+                parsed=bool(rat and label),
+                draft_logprob=lp1 + lp2,
+                draft_tokens=n1 + n2,
+            )
+        )
     shared = phase1[0].shared_prefix_tokens if phase1 else 0
     stats = {
         "drafting_s": time.perf_counter() - t0,

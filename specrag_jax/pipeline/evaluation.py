@@ -20,16 +20,32 @@ from specrag_jax.pipeline.datasets import score_answer
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.lossless import summarize_speculation
 from specrag_jax.pipeline.roofline import mean_roofline, model_cost, roofline
-from specrag_jax.pipeline.selection import (EVIDENCE_TERMS, PLAIN_TERMS, SELECTIONS, ScoreOptions, best,
-                                            score_drafts, select, selection_confidence)
+from specrag_jax.pipeline.selection import (
+    EVIDENCE_TERMS,
+    PLAIN_TERMS,
+    SELECTIONS,
+    ScoreOptions,
+    best,
+    score_drafts,
+    select,
+    selection_confidence,
+)
 from specrag_jax.pipeline.specrag import METHODS, SpecRAG
 from specrag_jax.rerank.coarse_to_fine import summarize_rerank
 from specrag_jax.retrieval import docs_from_context
-from specrag_jax.retrieval.pooling import own_passage_recall, own_passages, passage_key
 from specrag_jax.retrieval.corpus import iter_json_lines
+from specrag_jax.retrieval.pooling import own_passage_recall, own_passages, passage_key
 
-TOKEN_KEYS = ("drafter_prefill_tokens", "drafter_decode_tokens", "verifier_prefix_tokens", "verifier_tree_tokens",
-              "verifier_prefill_tokens", "verifier_decode_tokens", "evidence_prefix_tokens", "evidence_tree_tokens")
+TOKEN_KEYS = (
+    "drafter_prefill_tokens",
+    "drafter_decode_tokens",
+    "verifier_prefix_tokens",
+    "verifier_tree_tokens",
+    "verifier_prefill_tokens",
+    "verifier_decode_tokens",
+    "evidence_prefix_tokens",
+    "evidence_tree_tokens",
+)
 
 
 def load_questions(path: str | Path, limit: int | None = None) -> list[dict]:
@@ -68,8 +84,9 @@ def _row_docs(row: dict) -> list[dict] | None:
 ROOFLINE_MAX_COMPILE_SHARE = 0.05  # answers that spent more of their time in XLA are left out of the roofline
 
 
-def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: bool = True,
-             corpus: Sequence[dict] | None = None) -> dict[str, Any]:
+def evaluate(
+    rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: bool = True, corpus: Sequence[dict] | None = None
+) -> dict[str, Any]:
     """Run every method on every row; returns the public JSON shape (without ``config``).
 
     The methods of one question run together (``SpecRAG.answer_methods``): speculative, drafter_only and
@@ -83,25 +100,48 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
-        raise SpecRagError(f"unknown method(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(METHODS)}")
+        raise SpecRagError(
+            f"unknown method(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(METHODS)}"
+        )
     from tqdm import tqdm
 
     keys = None if corpus is None else {str(d["id"]): passage_key(d) for d in corpus}
-    acc: dict[str, dict[str, Any]] = {m: {"correct": [], "latency": [], "wall": [], "compile": 0.0, "by_source": {},
-                                          "tokens": {k: 0 for k in TOKEN_KEYS}, "stages": {}, "speculation": [],
-                                          "recall": [], "rerank": [], "roofline": []} for m in methods}
+    acc: dict[str, dict[str, Any]] = {
+        m: {
+            "correct": [],
+            "latency": [],
+            "wall": [],
+            "compile": 0.0,
+            "by_source": {},
+            "tokens": {k: 0 for k in TOKEN_KEYS},
+            "stages": {},
+            "speculation": [],
+            "recall": [],
+            "rerank": [],
+            "roofline": [],
+        }
+        for m in methods
+    }
     costs = (model_cost(rag.drafter), model_cost(rag.verifier))  # the roofline's per-model constants, once
     predictions = []
     verified: list[tuple[list[Draft], dict]] = []  # the speculative drafts and their question row
     paths: list[tuple[str | None, bool]] = []
     for row in tqdm(rows, desc="questions", disable=not progress, unit="q"):
         closed = from_row(row)  # arc_c / pubhealth: the choices go into the prompts, answers are labels
-        answers = rag.answer_methods(row["question"], _row_docs(row) if keys is None else None, methods,
-                                     closed_set=closed)
+        answers = rag.answer_methods(
+            row["question"], _row_docs(row) if keys is None else None, methods, closed_set=closed
+        )
         if "speculative" in answers:  # every selection option is scored on the same drafts (outside the latency)
             spec = answers["speculative"]
-            rag.verify(row["question"], spec.docs, spec.drafts, {}, plain="verification_s" not in spec.trace,
-                       evidence="evidence_verification_s" not in spec.trace, closed_set=closed)
+            rag.verify(
+                row["question"],
+                spec.docs,
+                spec.drafts,
+                {},
+                plain="verification_s" not in spec.trace,
+                evidence="evidence_verification_s" not in spec.trace,
+                closed_set=closed,
+            )
         for method, result in answers.items():
             a = acc[method]
             recall = None
@@ -128,17 +168,28 @@ def evaluate(rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: b
                 a["speculation"].append(result.trace["speculation"])
             for k, v in stages.items():
                 a["stages"].setdefault(k, []).append(v)
-            predictions.append({"method": method, "question_id": row.get("question_id"),
-                                "data_source": row.get("data_source"), "answer": result.answer, "correct": ok,
-                                "latency_s": a["latency"][-1], "compile_s": compile_s, "stages_s": stages,
-                                "confidence": result.trace.get("confidence"),
-                                "consensus": bool(result.trace.get("consensus", False)),
-                                "path": result.trace.get("path"), "chosen_draft": result.trace.get("chosen_draft"),
-                                "speculation": result.trace.get("speculation"),
-                                "verifier_decode_s": result.trace.get("verifier_decode_s"),
-                                "documents": result.trace.get("documents"), "recall_own_passages": recall,
-                                "rerank": result.trace.get("rerank"),
-                                "drafts": [d.to_dict() for d in result.drafts]})
+            predictions.append(
+                {
+                    "method": method,
+                    "question_id": row.get("question_id"),
+                    "data_source": row.get("data_source"),
+                    "answer": result.answer,
+                    "correct": ok,
+                    "latency_s": a["latency"][-1],
+                    "compile_s": compile_s,
+                    "stages_s": stages,
+                    "confidence": result.trace.get("confidence"),
+                    "consensus": bool(result.trace.get("consensus", False)),
+                    "path": result.trace.get("path"),
+                    "chosen_draft": result.trace.get("chosen_draft"),
+                    "speculation": result.trace.get("speculation"),
+                    "verifier_decode_s": result.trace.get("verifier_decode_s"),
+                    "documents": result.trace.get("documents"),
+                    "recall_own_passages": recall,
+                    "rerank": result.trace.get("rerank"),
+                    "drafts": [d.to_dict() for d in result.drafts],
+                }
+            )
             if method == "speculative":
                 verified.append((result.drafts, row))
                 predictions[-1]["selections"] = selection_picks(result.drafts)
@@ -181,16 +232,24 @@ def selection_picks(drafts: Sequence[Draft]) -> dict[str, dict[str, Any]]:
     for option in SELECTIONS:
         own = copy.deepcopy(list(drafts))
         chosen = select(own, option, ScoreOptions())
-        out[option] = {"answer": chosen.answer, "draft": chosen.index,
-                       "confidence": selection_confidence(chosen, own, option)}
+        out[option] = {
+            "answer": chosen.answer,
+            "draft": chosen.index,
+            "confidence": selection_confidence(chosen, own, option),
+        }
     return out
 
 
 def selection_accuracy(verified: Sequence[tuple[Sequence[Draft], dict]]) -> dict[str, float]:
     """Accuracy of every selection option (``selection.SELECTIONS``, default scores) on the same drafts, without
     the cascade's fallback; ``oracle``: some draft is correct."""
-    out = {option: sum(score_answer(row, select(copy.deepcopy(list(ds)), option, ScoreOptions()).answer)
-                       for ds, row in verified) / len(verified) for option in SELECTIONS}
+    out = {
+        option: sum(
+            score_answer(row, select(copy.deepcopy(list(ds)), option, ScoreOptions()).answer) for ds, row in verified
+        )
+        / len(verified)
+        for option in SELECTIONS
+    }
     out["oracle"] = oracle(verified)
     return out
 
@@ -200,11 +259,15 @@ def cascade_summary(paths: Sequence[tuple[str | None, bool]]) -> dict[str, Any]:
     accepted (draft) and fallback answers separately: the cascade's calibration."""
     accepted = [ok for p, ok in paths if p != "fallback"]
     fallback = [ok for p, ok in paths if p == "fallback"]
-    return {"n": len(paths), "accepted": len(accepted), "fallback": len(fallback),
-            "consensus": sum(p == "consensus" for p, _ in paths),
-            "acceptance_rate": len(accepted) / len(paths) if paths else None,
-            "accepted_accuracy": sum(accepted) / len(accepted) if accepted else None,
-            "fallback_accuracy": sum(fallback) / len(fallback) if fallback else None}
+    return {
+        "n": len(paths),
+        "accepted": len(accepted),
+        "fallback": len(fallback),
+        "consensus": sum(p == "consensus" for p, _ in paths),
+        "acceptance_rate": len(accepted) / len(paths) if paths else None,
+        "accepted_accuracy": sum(accepted) / len(accepted) if accepted else None,
+        "fallback_accuracy": sum(fallback) / len(fallback) if fallback else None,
+    }
 
 
 SHORT_RESPONSE_WORDS = 10  # a response of at most this many words is a short answer, as the drafter is asked
@@ -218,16 +281,25 @@ def draft_format(verified: Sequence[tuple[Sequence[Draft], dict]]) -> dict[str, 
         return {"n": 0}
     words = [len(d.answer.split()) for d, _ in drafts]
     short = [w <= SHORT_RESPONSE_WORDS for w in words]
-    return {"n": len(drafts),
-            "parsed": sum(d.parsed for d, _ in drafts) / len(drafts),
-            "short_response": sum(short) / len(drafts),
-            "follows_format": sum(d.parsed and s for (d, _), s in zip(drafts, short)) / len(drafts),
-            "correct": sum(score_answer(row, d.answer) for d, row in drafts) / len(drafts),
-            "response_words_mean": statistics.fmean(words)}
+    return {
+        "n": len(drafts),
+        "parsed": sum(d.parsed for d, _ in drafts) / len(drafts),
+        "short_response": sum(short) / len(drafts),
+        "follows_format": sum(d.parsed and s for (d, _), s in zip(drafts, short)) / len(drafts),
+        "correct": sum(score_answer(row, d.answer) for d, row in drafts) / len(drafts),
+        "response_words_mean": statistics.fmean(words),
+    }
 
 
-STAGE_KEYS = ("retrieval_s", "rerank_s", "clustering_s", "drafting_s", "verification_s", "evidence_verification_s",
-              "generation_s")
+STAGE_KEYS = (
+    "retrieval_s",
+    "rerank_s",
+    "clustering_s",
+    "drafting_s",
+    "verification_s",
+    "evidence_verification_s",
+    "generation_s",
+)
 
 
 def stage_seconds(trace: dict[str, Any]) -> dict[str, float]:
@@ -242,10 +314,26 @@ def score_ablations(verified: Sequence[tuple[Sequence[Draft], dict]]) -> dict[st
     Keys are ``"<terms joined by +>/<normalize>"`` (sr = yes_vs_no) plus ``"draft+sc+sr/<normalize>/sr=yes"``;
     ``"oracle"`` is the share of questions where at least one draft is correct (the selection's ceiling).
     """
-    variants = [ScoreOptions(n, terms) for n in ("mean", "sum")
-                for terms in (("draft",), ("sc",), ("sr",), ("draft", "sc"), ("sc", "sr"), ("draft", "sr"), PLAIN_TERMS,
-                              ("ev_sc",), ("ev_sr",), EVIDENCE_TERMS, ("draft", "ev_sc", "ev_sr"),
-                              ("draft", "ev_sr"), ("sr", "ev_sr"), ("sc", "sr", "ev_sc", "ev_sr"))]
+    variants = [
+        ScoreOptions(n, terms)
+        for n in ("mean", "sum")
+        for terms in (
+            ("draft",),
+            ("sc",),
+            ("sr",),
+            ("draft", "sc"),
+            ("sc", "sr"),
+            ("draft", "sr"),
+            PLAIN_TERMS,
+            ("ev_sc",),
+            ("ev_sr",),
+            EVIDENCE_TERMS,
+            ("draft", "ev_sc", "ev_sr"),
+            ("draft", "ev_sr"),
+            ("sr", "ev_sr"),
+            ("sc", "sr", "ev_sc", "ev_sr"),
+        )
+    ]
     variants += [ScoreOptions(n, PLAIN_TERMS, "yes") for n in ("mean", "sum")]
     out: dict[str, float] = {}
     for opt in variants:

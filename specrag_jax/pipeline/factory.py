@@ -26,8 +26,11 @@ def clustered_subsets(embedder: Embedder) -> SubsetFn:
         points = embedder.embed_for_question(question, docs)
         km = kmeans(points, k, seed=seed)
         sample = sample_subsets(km.labels, m, seed=seed)
-        info = {"clusters": int(km.k), "cluster_sizes": [int((km.labels == c).sum()) for c in range(km.k)],
-                **{f"clustering_{k}": v for k, v in embedder.last_call.items()}}
+        info = {
+            "clusters": int(km.k),
+            "cluster_sizes": [int((km.labels == c).sum()) for c in range(km.k)],
+            **{f"clustering_{k}": v for k, v in embedder.last_call.items()},
+        }
         notes = [n for n in (km.note, sample.note) if n]
         if notes:
             info["subset_notes"] = notes
@@ -73,8 +76,9 @@ def build_reranker(config: RAGConfig, model: TextModel, kv_dir=None) -> Scorer |
     if config.rerank == "none":
         return None
     store = DocKVStore(kv_dir, model) if config.rerank == "kv" else None
-    return Reranker(model, store=store, mode=config.rerank, max_doc_tokens=config.max_doc_tokens,
-                    cache_docs=RERANK_CACHE_DOCS)
+    return Reranker(
+        model, store=store, mode=config.rerank, max_doc_tokens=config.max_doc_tokens, cache_docs=RERANK_CACHE_DOCS
+    )
 
 
 def build_specrag(
@@ -107,13 +111,21 @@ def build_specrag(
     drafter_transform = drafter_transform or adapter_transform(drafter, adapter)  # checks the name before loading
     role = reranker_role(config, drafter, verifier) if config.rerank != "none" else None
     extra = reranker_pages(config)  # a shared model's pool also holds the reranker's pages
-    pages = {r: pool_pages(b, max_seq_len, extra) if role == r else None for r, b in (("drafter", max(config.m, 1)),
-                                                                                      ("verifier", 2))}
-    drafter_model = TextModel.load(drafter, max_seq_len=max_seq_len, max_batch=max(config.m, 1),
-                                   num_pages=pages["drafter"], placement=drafter_placement,
-                                   transform_params=drafter_transform)
-    verifier_model = TextModel.load(verifier, max_seq_len=max_seq_len, max_batch=2, num_pages=pages["verifier"],
-                                    placement=verifier_placement)
+    pages = {
+        r: pool_pages(b, max_seq_len, extra) if role == r else None
+        for r, b in (("drafter", max(config.m, 1)), ("verifier", 2))
+    }
+    drafter_model = TextModel.load(
+        drafter,
+        max_seq_len=max_seq_len,
+        max_batch=max(config.m, 1),
+        num_pages=pages["drafter"],
+        placement=drafter_placement,
+        transform_params=drafter_transform,
+    )
+    verifier_model = TextModel.load(
+        verifier, max_seq_len=max_seq_len, max_batch=2, num_pages=pages["verifier"], placement=verifier_placement
+    )
     if corpus is None or isinstance(corpus, (str, os.PathLike)):
         docs = default_corpus() if corpus is None else load_corpus(corpus)
     else:
@@ -122,10 +134,19 @@ def build_specrag(
     scorer = None
     if config.rerank != "none":
         model = {"drafter": drafter_model, "verifier": verifier_model}.get(role) or TextModel.load(
-            config.reranker, max_seq_len=max_seq_len, placement=drafter_placement,
-            num_pages=pool_pages(1, max_seq_len, extra))
+            config.reranker,
+            max_seq_len=max_seq_len,
+            placement=drafter_placement,
+            num_pages=pool_pages(1, max_seq_len, extra),
+        )
         scorer = build_reranker(config, model, kv_dir)
-    rag = SpecRAG(drafter_model, verifier_model, subsets=clustered_subsets(Embedder(drafter_model)),
-                  search=lexical_search(index), config=config, reranker=scorer)
+    rag = SpecRAG(
+        drafter_model,
+        verifier_model,
+        subsets=clustered_subsets(Embedder(drafter_model)),
+        search=lexical_search(index),
+        config=config,
+        reranker=scorer,
+    )
     rag.drafter_adapter = adapter
     return rag

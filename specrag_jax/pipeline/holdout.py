@@ -36,12 +36,13 @@ def heldout_indices(rows: Sequence[dict], fraction: float = DEFAULT_HOLDOUT_FRAC
     for indices in by_source.values():
         ranked = sorted(indices, key=lambda i: _rank_key(rows[i], seed))
         n_held = int(round(fraction * len(ranked)))
-        held.update(ranked[len(ranked) - n_held:])
+        held.update(ranked[len(ranked) - n_held :])
     return held
 
 
-def split_rows(rows: Sequence[dict], split: str, fraction: float = DEFAULT_HOLDOUT_FRACTION,
-               seed: int = 0) -> list[dict]:
+def split_rows(
+    rows: Sequence[dict], split: str, fraction: float = DEFAULT_HOLDOUT_FRACTION, seed: int = 0
+) -> list[dict]:
     """The rows of ``split`` ("all", "train" or "heldout") in their original order."""
     if split not in SPLITS:
         raise SpecRagError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
@@ -56,9 +57,17 @@ def split_rows(rows: Sequence[dict], split: str, fraction: float = DEFAULT_HOLDO
 
 def add_split_options(parser: argparse.ArgumentParser) -> None:
     """``--split`` and ``--holdout-fraction``, shared by ``make-drafter-data`` and ``eval``."""
-    parser.add_argument("--split", default="all", choices=SPLITS,
-                        help="rows to use: all, or the train / heldout part of a stratified split (per data_source, "
-                             "by a hash of question_id; make-drafter-data --split train pairs with eval --split "
-                             "heldout)")
-    parser.add_argument("--holdout-fraction", type=float, default=DEFAULT_HOLDOUT_FRACTION,
-                        help=f"share of each source held out by --split (default {DEFAULT_HOLDOUT_FRACTION})")
+    parser.add_argument(
+        "--split",
+        default="all",
+        choices=SPLITS,
+        help="rows to use: all, or the train / heldout part of a stratified split (per data_source, "
+        "by a hash of question_id; make-drafter-data --split train pairs with eval --split "
+        "heldout)",
+    )
+    parser.add_argument(
+        "--holdout-fraction",
+        type=float,
+        default=DEFAULT_HOLDOUT_FRACTION,
+        help=f"share of each source held out by --split (default {DEFAULT_HOLDOUT_FRACTION})",
+    )

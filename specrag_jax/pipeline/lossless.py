@@ -52,8 +52,9 @@ def draft_token_streams(tokenizer: Tokenizer, drafts: Sequence[Draft]) -> list[l
     return streams
 
 
-def lossless_speculation(tokenizer: Tokenizer, drafts: Sequence[Draft], proposer: str = "both",
-                         budget: int = 16) -> Speculation:
+def lossless_speculation(
+    tokenizer: Tokenizer, drafts: Sequence[Draft], proposer: str = "both", budget: int = 16
+) -> Speculation:
     """The verifier's ``Speculation`` for one answer: ``proposer`` (ngram, drafts, both) over these drafts."""
     check_lossless(proposer, budget)
     streams = draft_token_streams(tokenizer, drafts) if needs_drafts(proposer) else []

@@ -38,16 +38,20 @@ def check_progressive(after: int, rerank: str, patience: float) -> None:
     if after and rerank == "none":
         raise SpecRagError("progressive prefill overlaps reranking: it needs rerank kv or recompute")
     if after and not after < patience:
-        raise SpecRagError(f"progressive_prefill ({after} stable groups) must be below rerank_patience "
-                           f"({patience}) to start before reranking stops")
+        raise SpecRagError(
+            f"progressive_prefill ({after} stable groups) must be below rerank_patience "
+            f"({patience}) to start before reranking stops"
+        )
 
 
 def require_prefix_cache(after: int, *models: Any) -> None:
     """With progressive prefill on (``after`` > 0), refuse executors without a prefix cache (direct TextModel)."""
     for model in models if after else ():
         if getattr(model.generator, "start_prefill", None) is None:
-            raise SpecRagError(f"progressive prefill needs a prefix cache to keep what it prefills; {model.name}'s "
-                               f"direct executor has none (it runs on the serving engines: specrag serve)")
+            raise SpecRagError(
+                f"progressive prefill needs a prefix cache to keep what it prefills; {model.name}'s "
+                f"direct executor has none (it runs on the serving engines: specrag serve)"
+            )
 
 
 def _doc_key(docs: Sequence[dict]) -> tuple:
@@ -63,8 +67,10 @@ class ProgressivePrefill:
     def __init__(self, rag: Any, question: str, methods: Sequence[str], closed: ClosedSet | None = None) -> None:
         self.rag, self.question, self.cfg, self.closed_set = rag, question, rag.config, closed
         self.after = self.cfg.progressive_prefill
-        self.draft = any(m not in ("standard", "closed_book") and (m != "lossless" or needs_drafts(self.cfg.proposer))
-                         for m in methods)
+        self.draft = any(
+            m not in ("standard", "closed_book") and (m != "lossless" or needs_drafts(self.cfg.proposer))
+            for m in methods
+        )
         self.answer = any(m in ("standard", "lossless") for m in methods)
         self._memo: dict[tuple, tuple[list[list[int]], dict]] = {}
         self._inflight: list[tuple[str, Prompts, Any]] = []  # (role, prompts, PrefillHandle)
@@ -73,8 +79,14 @@ class ProgressivePrefill:
         self._closed = False
         self._last: tuple | None = None
         self.launched: list[tuple] = []
-        self.info: dict[str, Any] = {"trigger_stable_groups": self.after, "launches": 0, "launch_groups": [],
-                                     "cancelled": 0, "prefill_cached_tokens": 0, "notes": []}
+        self.info: dict[str, Any] = {
+            "trigger_stable_groups": self.after,
+            "launches": 0,
+            "launch_groups": [],
+            "cancelled": 0,
+            "prefill_cached_tokens": 0,
+            "notes": [],
+        }
         self._group = 0
 
     # ------------------------------------------------------------------ the reranker's side

@@ -14,15 +14,15 @@ from specrag_jax.pipeline.closed_set import ClosedSet
 
 DRAFT_INSTRUCTION = "Response to the instruction. Also provide rationale for your response."
 DRAFT_FORMAT_HINT = (
-    "Write '## Rationale:' with a short explanation based on the evidence, then '## Response:' with a short "
-    "answer."
+    "Write '## Rationale:' with a short explanation based on the evidence, then '## Response:' with a short answer."
 )
 RATIONALE_TAG = "## Rationale:"
 RESPONSE_TAG = "## Response:"
 REFLECTION_PROMPT = "Do you think the explanation supports the answers? (Yes or No)"
 # evidence-aware verification (verifier reads the draft's own passages): is the response grounded in them?
-EVIDENCE_REFLECTION_PROMPT = ("Is the response a correct answer to the instruction, supported by the evidence? "
-                              "(Yes or No)")
+EVIDENCE_REFLECTION_PROMPT = (
+    "Is the response a correct answer to the instruction, supported by the evidence? (Yes or No)"
+)
 EVIDENCE_HEADER = "## Evidence:\n"
 
 
@@ -67,14 +67,18 @@ def evidence_block(docs: list[dict]) -> str:
 def standard_rag_prompt(question: str, docs: list[dict], closed: ClosedSet | None = None) -> str:
     """Standard RAG baseline: every document in one prompt, then the question; the answer follows."""
     evidence = "".join(format_document(i + 1, d) for i, d in enumerate(docs))
-    return (f"Answer the question using the evidence. Give {_short_answer(closed)}.\n## Evidence:\n{evidence}"
-            f"## Question: {question_text(question, closed)}\n## Answer:")
+    return (
+        f"Answer the question using the evidence. Give {_short_answer(closed)}.\n## Evidence:\n{evidence}"
+        f"## Question: {question_text(question, closed)}\n## Answer:"
+    )
 
 
 def closed_book_prompt(question: str, closed: ClosedSet | None = None) -> str:
     """Closed-book baseline: the question alone."""
-    return (f"Answer the question. Give {_short_answer(closed)}.\n## Question: {question_text(question, closed)}\n"
-            "## Answer:")
+    return (
+        f"Answer the question. Give {_short_answer(closed)}.\n## Question: {question_text(question, closed)}\n"
+        "## Answer:"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +99,7 @@ def parse_draft(text: str) -> ParsedDraft:
     if not match:
         return ParsedDraft(rationale=body.strip(), answer=first_line(body), ok=False)
     rationale = body[: match.start()].strip()
-    answer = first_line(body[match.end():])
+    answer = first_line(body[match.end() :])
     return ParsedDraft(rationale=rationale, answer=answer, ok=bool(answer and rationale))
 
 

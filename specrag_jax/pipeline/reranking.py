@@ -39,17 +39,35 @@ def check_rerank(rerank: str, reranker: str | None, n_coarse: int, group: int, p
     check_rerank_options(1, group, patience, n_coarse)
 
 
-def rerank_documents(question: str, candidates: Sequence[dict], scorer: Scorer, config: Any, trace: dict,
-                     progress: Progress, listener: GroupListener | None = None) -> list[dict]:
+def rerank_documents(
+    question: str,
+    candidates: Sequence[dict],
+    scorer: Scorer,
+    config: Any,
+    trace: dict,
+    progress: Progress,
+    listener: GroupListener | None = None,
+) -> list[dict]:
     """The fine top ``config.n_docs`` of ``candidates``; records ``rerank_s`` and ``rerank`` in ``trace``.
     ``listener.on_group(top, stable, last)`` sees the provisional top set after every group (progressive prefill)."""
     progress.start("reranking")
     t = time.perf_counter()
-    top, info = rerank_coarse_to_fine(question, candidates, scorer.score, config.n_docs, config.rerank_group,
-                                      config.rerank_patience, on_group=listener and listener.on_group)
+    top, info = rerank_coarse_to_fine(
+        question,
+        candidates,
+        scorer.score,
+        config.n_docs,
+        config.rerank_group,
+        config.rerank_patience,
+        on_group=listener and listener.on_group,
+    )
     seconds = time.perf_counter() - t
     trace["rerank_s"] = seconds
     trace["rerank"] = {"mode": config.rerank, **info, "rerank_s": seconds}
-    progress.end("reranking", seconds, f"{info['candidates_scored']} of {info['candidates']} candidates in "
-                 f"{info['groups_scored']} groups{' (stopped early)' if info['early'] else ''}")
+    progress.end(
+        "reranking",
+        seconds,
+        f"{info['candidates_scored']} of {info['candidates']} candidates in "
+        f"{info['groups_scored']} groups{' (stopped early)' if info['early'] else ''}",
+    )
     return top

@@ -35,10 +35,16 @@ class StageRoofline:
         compute = self.cost.flops / self.peaks.flops_per_s
         memory = self.cost.bytes / self.peaks.bytes_per_s
         bound = max(compute, memory)
-        return {"measured_s": _sig(self.measured_s), "bound_s": _sig(bound),
-                "ratio": _sig(self.measured_s / bound) if bound > 0 else None,
-                "gflop": _sig(self.cost.flops / 1e9), "gbytes": _sig(self.cost.bytes / 1e9),
-                "compute_s": _sig(compute), "memory_s": _sig(memory), "steps": self.cost.steps}
+        return {
+            "measured_s": _sig(self.measured_s),
+            "bound_s": _sig(bound),
+            "ratio": _sig(self.measured_s / bound) if bound > 0 else None,
+            "gflop": _sig(self.cost.flops / 1e9),
+            "gbytes": _sig(self.cost.bytes / 1e9),
+            "compute_s": _sig(compute),
+            "memory_s": _sig(memory),
+            "steps": self.cost.steps,
+        }
 
 
 def _sig(x: float, digits: int = 5) -> float:
@@ -99,8 +105,10 @@ def stage_costs(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method:
 
 def roofline(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method: str, peaks: MachinePeaks) -> dict:
     """The trace's ``roofline`` entry: per stage measured, bound and ratio (plus FLOPs, bytes, steps)."""
-    return {stage: StageRoofline(s, cost, peaks).to_dict()
-            for stage, (s, cost) in stage_costs(trace, drafter, verifier, method).items()}
+    return {
+        stage: StageRoofline(s, cost, peaks).to_dict()
+        for stage, (s, cost) in stage_costs(trace, drafter, verifier, method).items()
+    }
 
 
 def mean_roofline(entries: Iterable[Mapping[str, Mapping]]) -> dict:
@@ -114,8 +122,12 @@ def mean_roofline(entries: Iterable[Mapping[str, Mapping]]) -> dict:
             acc[4] += 1
     out = {}
     for stage, (m, b, gflop, gbytes, n) in sorted(sums.items()):
-        out[stage] = {"measured_s": _sig(m / n), "bound_s": _sig(b / n), "ratio": _sig(m / b) if b > 0 else None,
-                      "questions": int(n)}
+        out[stage] = {
+            "measured_s": _sig(m / n),
+            "bound_s": _sig(b / n),
+            "ratio": _sig(m / b) if b > 0 else None,
+            "questions": int(n),
+        }
         if gflop or gbytes:
             out[stage].update(gflop=_sig(gflop / n), gbytes=_sig(gbytes / n))
     return out

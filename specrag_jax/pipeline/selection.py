@@ -45,8 +45,9 @@ class ScoreOptions:
             raise SpecRagError(f"normalize must be 'sum' or 'mean' (got {self.normalize!r})")
         bad = [t for t in self.terms if t not in TERMS]
         if bad or not self.terms:
-            raise SpecRagError(f"score terms must be a non-empty subset of {', '.join(TERMS)} (got "
-                               f"{','.join(self.terms) or 'none'})")
+            raise SpecRagError(
+                f"score terms must be a non-empty subset of {', '.join(TERMS)} (got {','.join(self.terms) or 'none'})"
+            )
         if self.sr not in ("yes", "yes_vs_no"):
             raise SpecRagError(f"sr must be 'yes' or 'yes_vs_no' (got {self.sr!r})")
 

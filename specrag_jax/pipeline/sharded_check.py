@@ -1,6 +1,6 @@
 """End-to-end check of SpecRAG on disjoint device groups against one device (minutes of CPU; not run by the tests).
 
-    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m specrag_jax.pipeline.sharded_check
+XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m specrag_jax.pipeline.sharded_check
 """
 
 from __future__ import annotations
@@ -29,8 +29,12 @@ def check_rag(question: str = "How do I leave a loop early in Python?") -> dict:
         v = TextModel.load(DEFAULT_VERIFIER, max_seq_len=1024, max_batch=2, placement=pl and pl.verifier)
         rag = SpecRAG(d, v, subsets=clustered_subsets(Embedder(d)), search=lexical_search(index), config=config)
         r = rag.answer(question)
-        out[name] = {"answer": r.answer, "drafts": [x.answer for x in r.drafts],
-                     "scores": [float(x.score) for x in r.drafts], "s": round(time.perf_counter() - t0, 1)}
+        out[name] = {
+            "answer": r.answer,
+            "drafts": [x.answer for x in r.drafts],
+            "scores": [float(x.score) for x in r.drafts],
+            "s": round(time.perf_counter() - t0, 1),
+        }
     out["same_answer"] = out["single"]["answer"] == out["sharded"]["answer"]
     out["same_drafts"] = out["single"]["drafts"] == out["sharded"]["drafts"]
     out["max_score_diff"] = max(abs(a - b) for a, b in zip(out["single"]["scores"], out["sharded"]["scores"]))

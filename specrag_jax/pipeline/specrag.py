@@ -27,11 +27,18 @@ from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
 from specrag_jax.pipeline.lossless import lossless_speculation, needs_drafts, speculation_trace
 from specrag_jax.pipeline.progressive import ProgressivePrefill, require_prefix_cache
 from specrag_jax.pipeline.prompts import first_line
-from specrag_jax.pipeline.rag_config import (DEFAULT_CONSENSUS, DEFAULT_SELECTION, DEFAULT_TAU_MIN,  # noqa: F401
-                                            RAGConfig)
+from specrag_jax.pipeline.rag_config import DEFAULT_CONSENSUS, DEFAULT_SELECTION, DEFAULT_TAU_MIN, RAGConfig  # noqa: F401
 from specrag_jax.pipeline.reranking import Scorer, rerank_documents
-from specrag_jax.pipeline.selection import (ScoreOptions, best, consensus, needs_verification, score_drafts, select,
-                                            selection_confidence, selection_scores)
+from specrag_jax.pipeline.selection import (
+    ScoreOptions,
+    best,
+    consensus,
+    needs_verification,
+    score_drafts,
+    select,
+    selection_confidence,
+    selection_scores,
+)
 from specrag_jax.pipeline.verification import verify_drafts
 from specrag_jax.pipeline.verifier_prompts import answer_prompt, use_chat
 from specrag_jax.progress import NO_PROGRESS, Progress
@@ -55,37 +62,63 @@ class RAGAnswer:
     docs: list[dict] = dataclasses.field(default_factory=list)  # the passages the method read (not in to_dict)
 
     def to_dict(self) -> dict:
-        return {"answer": self.answer, "rationale": self.rationale, "citations": self.citations,
-                "drafts": [d.to_dict() for d in self.drafts], "trace": self.trace, "method": self.method}
+        return {
+            "answer": self.answer,
+            "rationale": self.rationale,
+            "citations": self.citations,
+            "drafts": [d.to_dict() for d in self.drafts],
+            "trace": self.trace,
+            "method": self.method,
+        }
 
 
 class SpecRAG:
     """Speculative RAG with a drafter and a verifier (TextModels), plus the baselines."""
 
-    def __init__(self, drafter: TextModel, verifier: TextModel, *, subsets: SubsetFn,
-                 search: SearchFn | None = None, config: RAGConfig | None = None,
-                 progress: Progress | None = None, reranker: Scorer | None = None) -> None:
+    def __init__(
+        self,
+        drafter: TextModel,
+        verifier: TextModel,
+        *,
+        subsets: SubsetFn,
+        search: SearchFn | None = None,
+        config: RAGConfig | None = None,
+        progress: Progress | None = None,
+        reranker: Scorer | None = None,
+    ) -> None:
         self.drafter, self.verifier, self.reranker = drafter, verifier, reranker
         self.progress = progress or NO_PROGRESS  # stage callbacks (specrag_jax.progress); silent by default
         self.subsets_fn, self.search = subsets, search
         self.config = config or RAGConfig()
         self.config.check()
         if self.config.rerank != "none" and reranker is None:
-            raise SpecRagError(f"rerank {self.config.rerank!r} needs a reranker (SpecRAG(..., reranker=...); "
-                               f"build_specrag builds one)")
+            raise SpecRagError(
+                f"rerank {self.config.rerank!r} needs a reranker (SpecRAG(..., reranker=...); build_specrag builds one)"
+            )
         require_prefix_cache(self.config.progressive_prefill, drafter, verifier)
         self._progressive = ProgressivePrefill(self, "", ())  # replaced per question (pipeline/progressive.py)
         self.drafter_adapter: str | None = None  # the adapter merged into the drafter (build_specrag sets it)
 
-    def answer(self, question: str, docs: Sequence[dict | str] | None = None, method: str = "speculative", *,
-               closed_set: ClosedSet | None = None) -> RAGAnswer:
+    def answer(
+        self,
+        question: str,
+        docs: Sequence[dict | str] | None = None,
+        method: str = "speculative",
+        *,
+        closed_set: ClosedSet | None = None,
+    ) -> RAGAnswer:
         """Answer ``question`` from ``docs`` (or the search function's top ``n_docs``) with ``method``
         (``closed_set``: a closed-set question's choices; the answer is then its label, see closed_set)."""
         return self.answer_methods(question, docs, [method], closed_set=closed_set)[method]
 
-    def answer_methods(self, question: str, docs: Sequence[dict | str] | None = None,
-                       methods: Sequence[str] = ("speculative",), *,
-                       closed_set: ClosedSet | None = None) -> dict[str, RAGAnswer]:
+    def answer_methods(
+        self,
+        question: str,
+        docs: Sequence[dict | str] | None = None,
+        methods: Sequence[str] = ("speculative",),
+        *,
+        closed_set: ClosedSet | None = None,
+    ) -> dict[str, RAGAnswer]:
         """Answer with several methods; speculative, drafter_only and random_draft share one set of drafts.
 
         Each answer's ``trace["total_s"]`` is the time its own method needs: the shared stages (retrieval,
@@ -117,17 +150,19 @@ class SpecRAG:
             docs = self._documents(question, docs, shared["notes"], shared, rest, closed_set)
             shared["retrieval_s"] = time.perf_counter() - t0 - sum(shared.get(k, 0.0) for k in _AFTER_SEARCH)
         shared["compile_s"] = clock.seconds
-        self.progress.end("retrieval", shared["retrieval_s"],
-                          f"{len(docs)} {'given' if given else 'retrieved'} passages")
+        self.progress.end(
+            "retrieval", shared["retrieval_s"], f"{len(docs)} {'given' if given else 'retrieved'} passages"
+        )
         if "standard" in rest:
             self.progress.start("standard RAG answer")
-            out["standard"] = self._timed(lambda tr, t: self._generate_answer(question, docs, "standard", tr, t,
-                                                                                  closed=closed_set),
-                                          shared, t0)
+            out["standard"] = self._timed(
+                lambda tr, t: self._generate_answer(question, docs, "standard", tr, t, closed=closed_set), shared, t0
+            )
             self._report_answer("standard RAG answer", out["standard"].trace)
         if "lossless" in rest and not needs_drafts(self.config.proposer):
-            out["lossless"] = self._timed(lambda tr, t: self._lossless(question, docs, [], tr, t, closed_set),
-                                     shared, t0)
+            out["lossless"] = self._timed(
+                lambda tr, t: self._lossless(question, docs, [], tr, t, closed_set), shared, t0
+            )
         drafting = [m for m in rest if m != "standard" and (m != "lossless" or "lossless" not in out)]
         if drafting:
             with CompileClock() as clock:
@@ -138,10 +173,14 @@ class SpecRAG:
             shared["first_draft_token_s"] = t - t0 + shared["clustering_s"] + shared["drafter_first_token_s"]
             for m in drafting:
                 own = copy.deepcopy(drafts) if len(drafting) > 1 else drafts
-                run = functools.partial(self._lossless, closed=closed_set) if m == "lossless" else \
-                    functools.partial(self._select, method=m, closed=closed_set)
-                out[m] = self._timed(lambda tr, t, run=run, own=own: run(question, docs, own, tr, t),
-                                     shared, time.perf_counter() - spent)
+                run = (
+                    functools.partial(self._lossless, closed=closed_set)
+                    if m == "lossless"
+                    else functools.partial(self._select, method=m, closed=closed_set)
+                )
+                out[m] = self._timed(
+                    lambda tr, t, run=run, own=own: run(question, docs, own, tr, t), shared, time.perf_counter() - spent
+                )
         return {m: out[m] for m in methods}
 
     @property
@@ -151,8 +190,11 @@ class SpecRAG:
 
     # ------------------------------------------------------------------ stages
     def _report_answer(self, stage: str, trace: dict) -> None:
-        self.progress.end(stage, trace.get("generation_s", 0.0), f"{trace.get('verifier_prefill_tokens', 0)} prompt"
-                          f" + {trace.get('verifier_decode_tokens', 0)} new tokens")
+        self.progress.end(
+            stage,
+            trace.get("generation_s", 0.0),
+            f"{trace.get('verifier_prefill_tokens', 0)} prompt + {trace.get('verifier_decode_tokens', 0)} new tokens",
+        )
 
     def _timed(self, fn: Callable[[dict, float], RAGAnswer], shared: dict, t0: float) -> RAGAnswer:
         """Run one method's own stage on a copy of the shared trace; its compile time is added to the trace."""
@@ -162,9 +204,15 @@ class SpecRAG:
         result.trace["compile_s"] = shared["compile_s"] + clock.seconds
         return result
 
-    def _documents(self, question: str, docs: Sequence[dict | str] | None, notes: list[str],
-                   trace: dict | None = None, methods: Sequence[str] = ("speculative",),
-                   closed: ClosedSet | None = None) -> list[dict]:
+    def _documents(
+        self,
+        question: str,
+        docs: Sequence[dict | str] | None,
+        notes: list[str],
+        trace: dict | None = None,
+        methods: Sequence[str] = ("speculative",),
+        closed: ClosedSet | None = None,
+    ) -> list[dict]:
         """The ``n_docs`` documents the methods read: given or searched, reranked when ``config.rerank``."""
         cfg = self.config
         if docs is None:
@@ -185,20 +233,38 @@ class SpecRAG:
             progressive.settle(docs, trace)  # when on, trace gets "progressive" and "prefill_wait_s"
         return docs
 
-    def _generate_answer(self, question: str, docs: list[dict], method: str, trace: dict, t0: float,
-                         drafts: Sequence[Draft] | None = None, closed: ClosedSet | None = None) -> RAGAnswer:
+    def _generate_answer(
+        self,
+        question: str,
+        docs: list[dict],
+        method: str,
+        trace: dict,
+        t0: float,
+        drafts: Sequence[Draft] | None = None,
+        closed: ClosedSet | None = None,
+    ) -> RAGAnswer:
         """The verifier's answer from all ``docs``; with ``drafts`` (lossless) decoded with speculation; with
         ``closed`` the answer is the label it gives (its first line when it gives none)."""
         prompt = answer_prompt(self.verifier.tokenizer, question, docs, self.verifier_chat, closed)
         t = time.perf_counter()
         speculation = None
         if drafts is not None:
-            speculation = lossless_speculation(self.verifier.tokenizer, drafts, self.config.proposer,
-                                               self.config.tree_budget)
-        [res] = self.verifier.generate_ids([self.verifier.tokenizer.encode_rendered(prompt)], SamplingParams(),
-                                           self.config.max_answer_tokens, stop=["\n"], speculation=speculation)
-        trace.update(generation_s=time.perf_counter() - t, verifier_prefill_tokens=res.num_prompt_tokens,
-                     verifier_decode_tokens=len(res.token_ids), verifier_decode_s=res.decode_s)
+            speculation = lossless_speculation(
+                self.verifier.tokenizer, drafts, self.config.proposer, self.config.tree_budget
+            )
+        [res] = self.verifier.generate_ids(
+            [self.verifier.tokenizer.encode_rendered(prompt)],
+            SamplingParams(),
+            self.config.max_answer_tokens,
+            stop=["\n"],
+            speculation=speculation,
+        )
+        trace.update(
+            generation_s=time.perf_counter() - t,
+            verifier_prefill_tokens=res.num_prompt_tokens,
+            verifier_decode_tokens=len(res.token_ids),
+            verifier_decode_s=res.decode_s,
+        )
         if speculation is not None:
             trace["speculation"] = speculation_trace(res.speculation)
         trace["total_s"] = time.perf_counter() - t0
@@ -212,32 +278,63 @@ class SpecRAG:
         self.progress.start("clustering")
         subsets, info = self._progressive.subsets(question, docs, cfg.k, cfg.m, cfg.seed)  # memoised subsets_fn
         trace.update(clustering_s=time.perf_counter() - t, num_subsets=len(subsets), **info)
-        self.progress.end("clustering", trace["clustering_s"], f"{len(docs)} docs -> k={info.get('clusters', cfg.k)}"
-                          f" clusters, {len(subsets)} subsets")
+        self.progress.end(
+            "clustering",
+            trace["clustering_s"],
+            f"{len(docs)} docs -> k={info.get('clusters', cfg.k)} clusters, {len(subsets)} subsets",
+        )
         self.progress.start("drafting")
-        drafts, stats = write_drafts(self.drafter, question, [[docs[i] for i in s] for s in subsets],
-                                     max_rationale_tokens=cfg.max_draft_tokens,
-                                     max_answer_tokens=cfg.max_answer_tokens, closed=closed)
+        drafts, stats = write_drafts(
+            self.drafter,
+            question,
+            [[docs[i] for i in s] for s in subsets],
+            max_rationale_tokens=cfg.max_draft_tokens,
+            max_answer_tokens=cfg.max_answer_tokens,
+            closed=closed,
+        )
         trace.update(stats)
         trace["parsed_drafts"] = sum(d.parsed for d in drafts)
-        self.progress.end("drafting", stats.get("drafting_s", 0.0), f"{len(drafts)} drafts ({trace['parsed_drafts']} "
-                          f"parsed), {stats.get('drafter_prefill_tokens', 0)} prompt + "
-                          f"{stats.get('drafter_decode_tokens', 0)} new tokens")
+        self.progress.end(
+            "drafting",
+            stats.get("drafting_s", 0.0),
+            f"{len(drafts)} drafts ({trace['parsed_drafts']} "
+            f"parsed), {stats.get('drafter_prefill_tokens', 0)} prompt + "
+            f"{stats.get('drafter_decode_tokens', 0)} new tokens",
+        )
         return drafts
 
-    def _lossless(self, question: str, docs: list[dict], drafts: list[Draft], trace: dict, t0: float,
-                  closed: ClosedSet | None = None) -> RAGAnswer:
+    def _lossless(
+        self,
+        question: str,
+        docs: list[dict],
+        drafts: list[Draft],
+        trace: dict,
+        t0: float,
+        closed: ClosedSet | None = None,
+    ) -> RAGAnswer:
         self.progress.start("lossless answer")
         result = self._generate_answer(question, docs, "lossless", trace, t0, drafts=drafts, closed=closed)
         result.drafts = drafts
         spec = trace["speculation"]
-        self.progress.end("lossless answer", trace.get("generation_s", 0.0),
-                          f"{trace.get('verifier_decode_tokens', 0)} new tokens in {spec['steps']} decode steps "
-                          f"({spec['accepted_tokens_per_step']:.2f} per step)")
+        self.progress.end(
+            "lossless answer",
+            trace.get("generation_s", 0.0),
+            f"{trace.get('verifier_decode_tokens', 0)} new tokens in {spec['steps']} decode steps "
+            f"({spec['accepted_tokens_per_step']:.2f} per step)",
+        )
         return result
 
-    def _select(self, question: str, docs: list[dict], drafts: list[Draft], trace: dict, t0: float, *,
-                method: str, closed: ClosedSet | None = None) -> RAGAnswer:
+    def _select(
+        self,
+        question: str,
+        docs: list[dict],
+        drafts: list[Draft],
+        trace: dict,
+        t0: float,
+        *,
+        method: str,
+        closed: ClosedSet | None = None,
+    ) -> RAGAnswer:
         cfg = self.config
         # closed-set questions: the drafts' labels always pool their scores (answer-level aggregation)
         selection = cfg.selection if closed is None or cfg.selection.endswith("+agg") else cfg.selection + "+agg"
@@ -253,8 +350,14 @@ class SpecRAG:
             score_drafts(drafts, ScoreOptions(cfg.scores.normalize, ("draft",), cfg.scores.sr))
             chosen = best(drafts)
         else:
-            self.verify(question, docs, drafts, trace, *needs_verification(selection_scores(selection, cfg.scores)),
-                        closed_set=closed)
+            self.verify(
+                question,
+                docs,
+                drafts,
+                trace,
+                *needs_verification(selection_scores(selection, cfg.scores)),
+                closed_set=closed,
+            )
             chosen = select(drafts, selection, cfg.scores)
             conf = selection_confidence(chosen, drafts, selection)
             trace["confidence"] = conf
@@ -276,22 +379,38 @@ class SpecRAG:
         trace["total_s"] = time.perf_counter() - t0
         return RAGAnswer(chosen.answer, chosen.rationale, chosen.doc_ids, drafts, trace, method, docs)
 
-    def verify(self, question: str, docs: list[dict], drafts: list[Draft], trace: dict, plain: bool = True,
-               evidence: bool = False, closed_set: ClosedSet | None = None) -> None:
+    def verify(
+        self,
+        question: str,
+        docs: list[dict],
+        drafts: list[Draft],
+        trace: dict,
+        plain: bool = True,
+        evidence: bool = False,
+        closed_set: ClosedSet | None = None,
+    ) -> None:
         """Run the verification passes asked for on ``drafts`` (``plain``: question + draft, rho's terms;
         ``evidence``: each draft's own passages from ``docs`` + draft); their stage times go into ``trace``
         (``closed_set``: the question's choices, as in ``answer``)."""
         if plain:
             self.progress.start("verification")
             trace.update(verify_drafts(self.verifier, question, drafts, chat=self.verifier_chat, closed=closed_set))
-            self.progress.end("verification", trace.get("verification_s", 0.0),
-                              f"{len(drafts)} drafts, {trace.get('verifier_tree_tokens', 0)} tree tokens")
+            self.progress.end(
+                "verification",
+                trace.get("verification_s", 0.0),
+                f"{len(drafts)} drafts, {trace.get('verifier_tree_tokens', 0)} tree tokens",
+            )
         if evidence:
             by_id = {str(d["id"]): d for d in docs}
             passages = [[by_id[str(i)] for i in d.doc_ids if str(i) in by_id] for d in drafts]
             self.progress.start("evidence verification")
-            trace.update(verify_drafts(self.verifier, question, drafts, chat=self.verifier_chat, evidence=passages,
-                                       closed=closed_set))
-            self.progress.end("evidence verification", trace.get("evidence_verification_s", 0.0),
-                              f"{len(drafts)} drafts with their passages, {trace.get('evidence_tree_tokens', 0)} "
-                              f"tree tokens")
+            trace.update(
+                verify_drafts(
+                    self.verifier, question, drafts, chat=self.verifier_chat, evidence=passages, closed=closed_set
+                )
+            )
+            self.progress.end(
+                "evidence verification",
+                trace.get("evidence_verification_s", 0.0),
+                f"{len(drafts)} drafts with their passages, {trace.get('evidence_tree_tokens', 0)} tree tokens",
+            )

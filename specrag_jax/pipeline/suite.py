@@ -56,8 +56,13 @@ def column_name(data: Dataset, path: Path, taken: set[str]) -> str:
     return name if name not in taken else f"{name}:{path.stem}"
 
 
-def load_suite(paths: Sequence[Path], fmt: str | None, task: str | None,
-               pick: Callable[[list[dict], Path], list[dict]], stop: int | None = None) -> list[SuiteFile]:
+def load_suite(
+    paths: Sequence[Path],
+    fmt: str | None,
+    task: str | None,
+    pick: Callable[[list[dict], Path], list[dict]],
+    stop: int | None = None,
+) -> list[SuiteFile]:
     """Read every file (``stop``: rows read at most per file) and ``pick`` the rows to evaluate (split, offset,
     limit); one-line errors name the file."""
     files: list[SuiteFile] = []
@@ -76,9 +81,15 @@ def file_settings(task: str | None, given: dict[str, int | None]) -> dict[str, i
     return {name: defaults[name] if given.get(name) is None else int(given[name]) for name in SETTINGS}
 
 
-def run_suite(rag: SpecRAG, files: Sequence[SuiteFile], methods: Sequence[str], given: dict[str, int | None],
-              describe: Callable[[SuiteFile], dict[str, Any]], out: Path | None = None,
-              progress: bool = True) -> dict[str, dict[str, Any]]:
+def run_suite(
+    rag: SpecRAG,
+    files: Sequence[SuiteFile],
+    methods: Sequence[str],
+    given: dict[str, int | None],
+    describe: Callable[[SuiteFile], dict[str, Any]],
+    out: Path | None = None,
+    progress: bool = True,
+) -> dict[str, dict[str, Any]]:
     """Evaluate every file with its settings; returns ``{column: results}`` (the single-file eval JSON, with
     ``config`` from ``describe``). With ``out``, each file's ``results.json`` and ``predictions.jsonl`` are
     written to ``out/<column>/`` as soon as it ends."""

@@ -18,8 +18,12 @@ from specrag_jax.pipeline.suite_table import build_table, hardware, table_markdo
 from specrag_jax.rerank.options import rerank_json
 
 
-def eval_suite(args: argparse.Namespace, stop: int | None, build: Callable[[], SpecRAG],
-               pick: Callable[[list[dict], Path], list[dict]]) -> int:
+def eval_suite(
+    args: argparse.Namespace,
+    stop: int | None,
+    build: Callable[[], SpecRAG],
+    pick: Callable[[list[dict], Path], list[dict]],
+) -> int:
     """``eval --suite DIR`` / repeated ``--data``: read every file (``stop`` rows at most, ``pick``: split, offset and
     limit), ``build`` the pipeline from ``args`` (its n_docs, m, k set from the first file), run each file with its
     task's settings, then print and write Table 1."""
@@ -32,9 +36,15 @@ def eval_suite(args: argparse.Namespace, stop: int | None, build: Callable[[], S
     methods = [m for m in args.methods.split(",") if m]
     rag = build()
     out = Path(args.out) if args.out else None
-    per_file = run_suite(rag, files, methods, given,
-                         lambda f: eval_config(args, str(f.path), f.data, rag, rag.config), out,
-                         progress=not (args.json or args.quiet))
+    per_file = run_suite(
+        rag,
+        files,
+        methods,
+        given,
+        lambda f: eval_config(args, str(f.path), f.data, rag, rag.config),
+        out,
+        progress=not (args.json or args.quiet),
+    )
     models = {"drafter": args.drafter, "drafter_adapter": rag.drafter_adapter, "verifier": args.verifier}
     table = build_table(per_file, files, methods, models, hardware())
     table["command"] = "specrag " + " ".join(sys.argv[1:])
@@ -47,17 +57,34 @@ def eval_suite(args: argparse.Namespace, stop: int | None, build: Callable[[], S
 
 def eval_config(args: argparse.Namespace, path: str, data: Dataset, rag: SpecRAG, config: RAGConfig) -> dict:
     """The ``config`` object of an eval's results (one data file)."""
-    return {"data": path, "format": data.format, "task": data.task, "split": args.split,
-            "holdout_fraction": args.holdout_fraction,
-            "offset": args.offset, "limit": args.limit, "drafter": args.drafter,
-            "drafter_adapter": rag.drafter_adapter, "max_seq_len": args.max_seq_len,
-            "verifier": args.verifier, "n_docs": config.n_docs, "m": config.m, "k": config.k,
-            "normalize": config.scores.normalize, "terms": list(config.scores.terms),
-            "selection": config.selection,
-            "sr": config.scores.sr, "tau_min": config.tau_min, "fallback": config.fallback,
-            "consensus": config.consensus, "seed": config.seed,
-            "verifier_prompt": config.verifier_prompt,
-            "verifier_chat": rag.verifier_chat,
-            "proposer": config.proposer, "tree_budget": config.tree_budget,
-            **rerank_json(config), "corpus": args.corpus,
-            "command": "specrag " + " ".join(sys.argv[1:])}
+    return {
+        "data": path,
+        "format": data.format,
+        "task": data.task,
+        "split": args.split,
+        "holdout_fraction": args.holdout_fraction,
+        "offset": args.offset,
+        "limit": args.limit,
+        "drafter": args.drafter,
+        "drafter_adapter": rag.drafter_adapter,
+        "max_seq_len": args.max_seq_len,
+        "verifier": args.verifier,
+        "n_docs": config.n_docs,
+        "m": config.m,
+        "k": config.k,
+        "normalize": config.scores.normalize,
+        "terms": list(config.scores.terms),
+        "selection": config.selection,
+        "sr": config.scores.sr,
+        "tau_min": config.tau_min,
+        "fallback": config.fallback,
+        "consensus": config.consensus,
+        "seed": config.seed,
+        "verifier_prompt": config.verifier_prompt,
+        "verifier_chat": rag.verifier_chat,
+        "proposer": config.proposer,
+        "tree_budget": config.tree_budget,
+        **rerank_json(config),
+        "corpus": args.corpus,
+        "command": "specrag " + " ".join(sys.argv[1:]),
+    }

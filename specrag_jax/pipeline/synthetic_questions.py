@@ -47,8 +47,15 @@ def grounded(answer: str, passage: dict) -> bool:
     return f" {norm} " in body
 
 
-def synthetic_rows(teacher: TextModel, passages: Sequence[dict], search: SearchFn, n_docs: int,
-                   batch: int = 4, max_new_tokens: int = 64, seed: int = 0) -> tuple[list[dict], dict[str, int]]:
+def synthetic_rows(
+    teacher: TextModel,
+    passages: Sequence[dict],
+    search: SearchFn,
+    n_docs: int,
+    batch: int = 4,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+) -> tuple[list[dict], dict[str, int]]:
     """Question rows written by ``teacher`` from ``passages``; also counts of what was dropped and why.
 
     Each row's context (the passage and its BM25 neighbours) is shuffled with a key of ``seed`` and the
@@ -56,14 +63,21 @@ def synthetic_rows(teacher: TextModel, passages: Sequence[dict], search: SearchF
     rows: list[dict] = []
     dropped: dict[str, int] = {}
     for start in range(0, len(passages), batch):
-        chunk = list(passages[start:start + batch])
-        prompts = [TEACHER_QUESTION.format(title=f"{p['title']}\n" if p.get("title") else "", text=p.get("text", ""))
-                   for p in chunk]
+        chunk = list(passages[start : start + batch])
+        prompts = [
+            TEACHER_QUESTION.format(title=f"{p['title']}\n" if p.get("title") else "", text=p.get("text", ""))
+            for p in chunk
+        ]
         outs = teacher.generate(prompts, SamplingParams(), max_new_tokens, chat=teacher.instruct)
         for passage, out in zip(chunk, outs):
             pair = parse_question_answer(out.text)
-            reason = ("no 'Question:' and 'Answer:' lines" if pair is None
-                      else None if grounded(pair[1], passage) else "answer not short or not in the passage")
+            reason = (
+                "no 'Question:' and 'Answer:' lines"
+                if pair is None
+                else None
+                if grounded(pair[1], passage)
+                else "answer not short or not in the passage"
+            )
             if reason is not None:
                 dropped[reason] = dropped.get(reason, 0) + 1
                 continue
@@ -71,7 +85,13 @@ def synthetic_rows(teacher: TextModel, passages: Sequence[dict], search: SearchF
             others = [d for d in search(question, n_docs) if d.get("id") != passage.get("id")][: n_docs - 1]
             context = [passage, *others]
             random.Random(f"{seed}:{passage.get('id')}").shuffle(context)  # no "first passage answers" bias
-            rows.append({"question": question, "ground_truth": [answer], "question_id": f"synthetic-{passage['id']}",
-                         "source_passage": passage.get("id"),
-                         "context": [{"title": d.get("title", ""), "text": d.get("text", "")} for d in context]})
+            rows.append(
+                {
+                    "question": question,
+                    "ground_truth": [answer],
+                    "question_id": f"synthetic-{passage['id']}",
+                    "source_passage": passage.get("id"),
+                    "context": [{"title": d.get("title", ""), "text": d.get("text", "")} for d in context],
+                }
+            )
     return rows, dropped

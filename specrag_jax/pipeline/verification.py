@@ -49,8 +49,14 @@ def _branch(tok, draft: Draft, fixed: dict[str, list[int]], head: list[int] = ()
     return ids, scored, yes_index
 
 
-def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft], chat: bool = False,
-                  evidence: Sequence[Sequence[dict]] | None = None, closed: ClosedSet | None = None) -> dict:
+def verify_drafts(
+    verifier: TextModel,
+    question: str,
+    drafts: Sequence[Draft],
+    chat: bool = False,
+    evidence: Sequence[Sequence[dict]] | None = None,
+    closed: ClosedSet | None = None,
+) -> dict:
     """Score every draft in one packed pass: ``sc_logprob``/``sc_tokens``/``sr_logprob``/``sr_no_logprob``, or
     with ``evidence`` (each draft's passages) ``ev_sc_logprob``/``ev_sc_tokens``/``ev_sr_logprob``/
     ``ev_sr_no_logprob``. Returns the stage's trace entries.
@@ -59,16 +65,27 @@ def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft], c
     a closed-set question's choices/instruction follow the question in the prefix (each draft's answer is its label)."""
     t0 = time.perf_counter()
     if evidence is not None and len(evidence) != len(drafts):
-        raise SpecRagError(f"evidence-aware verification needs one passage list per draft ({len(evidence)} for "
-                           f"{len(drafts)} drafts)")
+        raise SpecRagError(
+            f"evidence-aware verification needs one passage list per draft ({len(evidence)} for {len(drafts)} drafts)"
+        )
     tok, runner = verifier.tokenizer, verifier.runner
     form = (scoring_prompt if evidence is None else evidence_scoring_prompt)(tok, question, chat, closed)
     prefix = tok.encode_rendered(form.prefix)
     no_id = tok.encode(form.no, add_bos=False)[0]
-    fixed = {name: tok.encode(text, add_bos=False) for name, text in
-             (("rationale", RATIONALE_TAG), ("response", "\n" + RESPONSE_TAG), ("after", form.after), ("yes", form.yes))}
-    heads = [[]] * len(drafts) if evidence is None else [
-        tok.encode(evidence_block(list(docs)) + form.before_draft, add_bos=False) for docs in evidence]
+    fixed = {
+        name: tok.encode(text, add_bos=False)
+        for name, text in (
+            ("rationale", RATIONALE_TAG),
+            ("response", "\n" + RESPONSE_TAG),
+            ("after", form.after),
+            ("yes", form.yes),
+        )
+    }
+    heads = (
+        [[]] * len(drafts)
+        if evidence is None
+        else [tok.encode(evidence_block(list(docs)) + form.before_draft, add_bos=False) for docs in evidence]
+    )
     tokens, parents, positions, rows, targets = [], [], [], [], []
     spans = []
     longest = 0
@@ -85,18 +102,26 @@ def verify_drafts(verifier: TextModel, question: str, drafts: Sequence[Draft], c
         rows.extend(sc_rows + [start + yes_index - 1, start + yes_index - 1])
         targets.extend([ids[i] for i in scored] + [ids[yes_index], no_id])
     if len(prefix) + longest > runner.max_seq_len:
-        raise SpecRagError(f"verification needs positions up to {len(prefix) + longest}; the verifier context "
-                           f"is {runner.max_seq_len} tokens (raise --max-seq-len)")
+        raise SpecRagError(
+            f"verification needs positions up to {len(prefix) + longest}; the verifier context "
+            f"is {runner.max_seq_len} tokens (raise --max-seq-len)"
+        )
     logprobs = verifier.generator.score_tree(prefix, tokens, parents, positions, rows, targets)
     field = "sc" if evidence is None else "ev_sc"
     reflection = "sr" if evidence is None else "ev_sr"
     for d, (start, n) in zip(drafts, spans):
-        setattr(d, f"{field}_logprob", float(np.sum(logprobs[start: start + n])))
+        setattr(d, f"{field}_logprob", float(np.sum(logprobs[start : start + n])))
         setattr(d, f"{field}_tokens", n)
         setattr(d, f"{reflection}_logprob", float(logprobs[start + n]))
         setattr(d, f"{reflection}_no_logprob", float(logprobs[start + n + 1]))
     if evidence is None:
-        return {"verification_s": time.perf_counter() - t0, "verifier_prefix_tokens": len(prefix),
-                "verifier_tree_tokens": len(tokens)}
-    return {"evidence_verification_s": time.perf_counter() - t0, "evidence_prefix_tokens": len(prefix),
-            "evidence_tree_tokens": len(tokens)}
+        return {
+            "verification_s": time.perf_counter() - t0,
+            "verifier_prefix_tokens": len(prefix),
+            "verifier_tree_tokens": len(tokens),
+        }
+    return {
+        "evidence_verification_s": time.perf_counter() - t0,
+        "evidence_prefix_tokens": len(prefix),
+        "evidence_tree_tokens": len(tokens),
+    }

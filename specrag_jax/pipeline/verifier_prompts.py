@@ -16,8 +16,14 @@ import dataclasses
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.tokenizer.base import Tokenizer
 from specrag_jax.pipeline.closed_set import ClosedSet
-from specrag_jax.pipeline.prompts import (EVIDENCE_HEADER, EVIDENCE_REFLECTION_PROMPT, REFLECTION_PROMPT,
-                                          closed_book_prompt, standard_rag_prompt, verifier_prefix)
+from specrag_jax.pipeline.prompts import (
+    EVIDENCE_HEADER,
+    EVIDENCE_REFLECTION_PROMPT,
+    REFLECTION_PROMPT,
+    closed_book_prompt,
+    standard_rag_prompt,
+    verifier_prefix,
+)
 
 PROMPT_FORMS = ("auto", "chat", "plain")
 _SENTINEL = "\u2063SPECRAG_DRAFT\u2063"  # invisible separator: survives templates that trim or escape
@@ -68,33 +74,43 @@ def scoring_prompt(tok: Tokenizer, question: str, chat: bool, closed: ClosedSet 
     """The verification tree's shared prefix and per-draft suffix, plain or through the chat template."""
     if not chat:
         return ScoringPrompt(verifier_prefix(question, closed), "\n" + REFLECTION_PROMPT + "\nAnswer:", " Yes", " No")
-    text = _chat(tok, [
-        {"role": "user", "content": verifier_prefix(question, closed).rstrip()},
-        {"role": "assistant", "content": _SENTINEL},
-        {"role": "user", "content": REFLECTION_PROMPT},
-    ])
+    text = _chat(
+        tok,
+        [
+            {"role": "user", "content": verifier_prefix(question, closed).rstrip()},
+            {"role": "assistant", "content": _SENTINEL},
+            {"role": "user", "content": REFLECTION_PROMPT},
+        ],
+    )
     if text.count(_SENTINEL) != 1:
-        raise SpecRagError("the verifier's chat template does not render an assistant turn verbatim; "
-                           "use verifier_prompt='plain'")
+        raise SpecRagError(
+            "the verifier's chat template does not render an assistant turn verbatim; use verifier_prompt='plain'"
+        )
     prefix, after = text.split(_SENTINEL)
     return ScoringPrompt(prefix, after, "Yes", "No")
 
 
-def evidence_scoring_prompt(tok: Tokenizer, question: str, chat: bool,
-                            closed: ClosedSet | None = None) -> ScoringPrompt:
+def evidence_scoring_prompt(
+    tok: Tokenizer, question: str, chat: bool, closed: ClosedSet | None = None
+) -> ScoringPrompt:
     """Evidence-aware verification: the shared prefix ends at the evidence header; each branch is
     ``passages`` + ``before_draft`` + the draft + ``after`` (the evidence reflection prompt) + ``yes``."""
     head = verifier_prefix(question, closed) + EVIDENCE_HEADER
     if not chat:
         return ScoringPrompt(head, "\n" + EVIDENCE_REFLECTION_PROMPT + "\nAnswer:", " Yes", " No", before_draft="")
-    text = _chat(tok, [
-        {"role": "user", "content": head + _EVIDENCE},
-        {"role": "assistant", "content": _SENTINEL},
-        {"role": "user", "content": EVIDENCE_REFLECTION_PROMPT},
-    ])
+    text = _chat(
+        tok,
+        [
+            {"role": "user", "content": head + _EVIDENCE},
+            {"role": "assistant", "content": _SENTINEL},
+            {"role": "user", "content": EVIDENCE_REFLECTION_PROMPT},
+        ],
+    )
     if text.count(_SENTINEL) != 1 or text.count(_EVIDENCE) != 1 or text.index(_EVIDENCE) > text.index(_SENTINEL):
-        raise SpecRagError("the verifier's chat template does not render the evidence and the draft verbatim; "
-                           "use verifier_prompt='plain'")
+        raise SpecRagError(
+            "the verifier's chat template does not render the evidence and the draft verbatim; "
+            "use verifier_prompt='plain'"
+        )
     prefix, rest = text.split(_EVIDENCE)
     before, after = rest.split(_SENTINEL)
     return ScoringPrompt(prefix, after, "Yes", "No", before_draft=before)

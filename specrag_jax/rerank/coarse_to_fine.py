@@ -41,9 +41,15 @@ def fine_order(scores: Sequence[float]) -> list[int]:
     return sorted(range(len(scores)), key=lambda i: (-_key(scores[i]), i))
 
 
-def rerank_coarse_to_fine(question: str, candidates: Sequence[dict], score_fn: ScoreFn, n_docs: int,
-                          group: int = 10, patience: float = 2,
-                          on_group: GroupFn | None = None) -> tuple[list[dict], dict[str, Any]]:
+def rerank_coarse_to_fine(
+    question: str,
+    candidates: Sequence[dict],
+    score_fn: ScoreFn,
+    n_docs: int,
+    group: int = 10,
+    patience: float = 2,
+    on_group: GroupFn | None = None,
+) -> tuple[list[dict], dict[str, Any]]:
     """The fine top ``n_docs`` of ``candidates`` (copies with ``rerank_score``) and a trace.
 
     ``score_fn(question, docs)`` returns one score per doc, higher = more relevant. Trace keys: ``candidates``,
@@ -60,7 +66,7 @@ def rerank_coarse_to_fine(question: str, candidates: Sequence[dict], score_fn: S
     stable = 0
     groups = 0
     for start in range(0, len(cands), group):
-        chunk = cands[start:start + group]
+        chunk = cands[start : start + group]
         got = [float(s) for s in score_fn(question, chunk)]
         if len(got) != len(chunk):
             raise SpecRagError(f"the reranker returned {len(got)} scores for {len(chunk)} documents")
@@ -70,15 +76,25 @@ def rerank_coarse_to_fine(question: str, candidates: Sequence[dict], score_fn: S
         stable = stable + 1 if top == previous else 0
         previous = top
         if on_group is not None:
-            on_group([{**cands[i], "rerank_score": scores[i]} for i in fine_order(scores)[:n_docs]], stable,
-                     stable >= patience or start + group >= len(cands))
+            on_group(
+                [{**cands[i], "rerank_score": scores[i]} for i in fine_order(scores)[:n_docs]],
+                stable,
+                stable >= patience or start + group >= len(cands),
+            )
         if stable >= patience:
             break
     order = fine_order(scores)[:n_docs]
     n = len(cands)
-    trace = {"candidates": n, "groups_total": groups_total, "groups_scored": groups,
-             "candidates_scored": len(scores), "stopped_at": len(scores), "early": len(scores) < n,
-             "stable_groups": stable, "saved_fraction": (n - len(scores)) / n if n else 0.0}
+    trace = {
+        "candidates": n,
+        "groups_total": groups_total,
+        "groups_scored": groups,
+        "candidates_scored": len(scores),
+        "stopped_at": len(scores),
+        "early": len(scores) < n,
+        "stable_groups": stable,
+        "saved_fraction": (n - len(scores)) / n if n else 0.0,
+    }
     return [{**cands[i], "rerank_score": scores[i]} for i in order], trace
 
 
@@ -87,10 +103,12 @@ def summarize_rerank(traces: Sequence[dict[str, Any]]) -> dict[str, float]:
     if not traces:
         return {"questions": 0}
     n = len(traces)
-    return {"questions": n,
-            "saved_fraction": sum(t["saved_fraction"] for t in traces) / n,
-            "groups_scored": sum(t["groups_scored"] for t in traces) / n,
-            "candidates_scored": sum(t["candidates_scored"] for t in traces) / n,
-            "candidates": sum(t["candidates"] for t in traces) / n,
-            "early_fraction": sum(bool(t["early"]) for t in traces) / n,
-            "rerank_s": sum(float(t.get("rerank_s", 0.0)) for t in traces) / n}
+    return {
+        "questions": n,
+        "saved_fraction": sum(t["saved_fraction"] for t in traces) / n,
+        "groups_scored": sum(t["groups_scored"] for t in traces) / n,
+        "candidates_scored": sum(t["candidates_scored"] for t in traces) / n,
+        "candidates": sum(t["candidates"] for t in traces) / n,
+        "early_fraction": sum(bool(t["early"]) for t in traces) / n,
+        "rerank_s": sum(float(t.get("rerank_s", 0.0)) for t in traces) / n,
+    }

@@ -114,7 +114,7 @@ def _read_safetensors(path: Path) -> tuple[dict[str, str], dict[str, np.ndarray]
     if not isinstance(header, dict) or not isinstance(header.get("__metadata__", {}), dict):
         raise CorruptEntry("malformed header")
     meta = header.pop("__metadata__", None) or {}
-    data = np.memmap(path, dtype=np.uint8, mode="r")[8 + n:]
+    data = np.memmap(path, dtype=np.uint8, mode="r")[8 + n :]
     tensors, end = {}, 0
     for name, info in header.items():
         try:
@@ -138,9 +138,15 @@ class DocKVStore:
     def __init__(self, directory: str | os.PathLike | None, model) -> None:
         runner = model.runner
         cfg = runner.cfg
-        self.model_key = {"format": FORMAT, "model": str(model.name), "weights": weights_fingerprint(runner),
-                          "dtype": runner.dtype, "layers": cfg.num_layers, "kv_heads": cfg.num_kv_heads,
-                          "head_dim": cfg.head_dim}
+        self.model_key = {
+            "format": FORMAT,
+            "model": str(model.name),
+            "weights": weights_fingerprint(runner),
+            "dtype": runner.dtype,
+            "layers": cfg.num_layers,
+            "kv_heads": cfg.num_kv_heads,
+            "head_dim": cfg.head_dim,
+        }
         slug = "".join(c if c.isalnum() or c in "-._" else "_" for c in Path(str(model.name)).name)[:60]
         root = Path(directory).expanduser() if directory is not None else default_store_dir()
         self.directory = root / f"{slug}-{runner.dtype}-{self.model_key['weights'][:12]}"
@@ -150,8 +156,14 @@ class DocKVStore:
 
     def key(self, text_sha256: str, max_doc_tokens: int, prompt: str, prefix_ids) -> dict[str, Any]:
         ids = np.asarray(prefix_ids, np.int64)
-        return {**self.model_key, "text_sha256": text_sha256, "max_doc_tokens": int(max_doc_tokens),
-                "prompt": prompt, "prefix_sha256": hashlib.sha256(ids.tobytes()).hexdigest(), "tokens": len(ids)}
+        return {
+            **self.model_key,
+            "text_sha256": text_sha256,
+            "max_doc_tokens": int(max_doc_tokens),
+            "prompt": prompt,
+            "prefix_sha256": hashlib.sha256(ids.tobytes()).hexdigest(),
+            "tokens": len(ids),
+        }
 
     def path(self, key: dict[str, Any]) -> Path:
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
@@ -201,8 +213,9 @@ class DocKVStore:
         v = np.ascontiguousarray(v, self.dtype)
         crc = zlib.crc32(v.reshape(-1).view(np.uint8), zlib.crc32(k.reshape(-1).view(np.uint8)))
         self.directory.mkdir(parents=True, exist_ok=True)
-        size = _write_safetensors(self.path(key), {"k": k, "v": v},
-                                  {"key": json.dumps(key, sort_keys=True), "crc32": str(crc)})
+        size = _write_safetensors(
+            self.path(key), {"k": k, "v": v}, {"key": json.dumps(key, sort_keys=True), "crc32": str(crc)}
+        )
         self.bytes_written += size
         return size
 

@@ -30,8 +30,9 @@ import numpy as np
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.tokenizer.base import Tokenizer
 
-INSTRUCTION = ('Judge whether the document below answers the question that follows it. '
-               'The answer can only be "yes" or "no".')
+INSTRUCTION = (
+    'Judge whether the document below answers the question that follows it. The answer can only be "yes" or "no".'
+)
 QUESTION_PROMPT = "Does the document answer the question? (yes or no)"
 PROMPT_FORMS = ("auto", "chat", "plain")
 _DOC = "\u2063SPECRAG_DOCUMENT\u2063"
@@ -89,10 +90,15 @@ class JudgePrompt:
 
         text = render(_DOC, _QUESTION)
         probe = ("a probe document.", "a probe question?")
-        if text.count(_DOC) != 1 or text.count(_QUESTION) != 1 or text.index(_DOC) > text.index(_QUESTION) or \
-                text.replace(_DOC, probe[0]).replace(_QUESTION, probe[1]) != render(*probe):
-            raise SpecRagError("the reranker's chat template does not render a user turn verbatim; "
-                               "use prompt form 'plain'")
+        if (
+            text.count(_DOC) != 1
+            or text.count(_QUESTION) != 1
+            or text.index(_DOC) > text.index(_QUESTION)
+            or text.replace(_DOC, probe[0]).replace(_QUESTION, probe[1]) != render(*probe)
+        ):
+            raise SpecRagError(
+                "the reranker's chat template does not render a user turn verbatim; use prompt form 'plain'"
+            )
         head, rest = text.split(_DOC)
         middle, tail = rest.split(_QUESTION)
         yes, no = _first_ids(tok, _YES), _first_ids(tok, _NO)

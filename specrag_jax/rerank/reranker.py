@@ -18,7 +18,6 @@ import time
 import warnings
 from typing import Sequence
 
-
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels.page_pool import PoolExhausted, pages_needed
 from specrag_jax.models.executor.kv_transfer import runner_read_kv, runner_write_kv
@@ -72,16 +71,26 @@ class _Doc:
 class Reranker:
     """Scores (question, document) pairs with a loaded ``TextModel`` (see the module docstring)."""
 
-    def __init__(self, model, *, store: DocKVStore | None = None, mode: str = "kv", max_doc_tokens: int = 160,
-                 cache_docs: int = 64, token_budget: int = 1024, prompt_form: str = "auto") -> None:
+    def __init__(
+        self,
+        model,
+        *,
+        store: DocKVStore | None = None,
+        mode: str = "kv",
+        max_doc_tokens: int = 160,
+        cache_docs: int = 64,
+        token_budget: int = 1024,
+        prompt_form: str = "auto",
+    ) -> None:
         if mode not in MODES:
             raise SpecRagError(f"rerank mode must be one of {', '.join(MODES)} (got {mode!r})")
         if cache_docs < 0 or token_budget < 1:
             raise SpecRagError(f"cache_docs must be >= 0 and token_budget >= 1 (got {cache_docs}, {token_budget})")
         self.model, self.runner, self.store, self.mode = model, model.runner, store, mode
         self.cache_docs, self.token_budget, self.max_doc_tokens = cache_docs, token_budget, max_doc_tokens
-        self.prompt = JudgePrompt.for_tokenizer(model.tokenizer, chat=use_chat(prompt_form, model.instruct),
-                                                max_doc_tokens=max_doc_tokens)
+        self.prompt = JudgePrompt.for_tokenizer(
+            model.tokenizer, chat=use_chat(prompt_form, model.instruct), max_doc_tokens=max_doc_tokens
+        )
         self._targets = self.prompt.targets
         self._lru: collections.OrderedDict[str, _Resident] = collections.OrderedDict()
         self.stats = RerankStats()
@@ -115,8 +124,12 @@ class Reranker:
         for group in self._groups(todo, lambda c: len(c.ids)):
             self._store_group(group)
         paths = [self.store.path(self._store_key(c)) for c in cands]
-        return {"skipped": len(cands) - len(todo), "computed": len(todo), "tokens": sum(len(c.ids) for c in cands),
-                "bytes": sum(p.stat().st_size for p in paths if p.exists())}
+        return {
+            "skipped": len(cands) - len(todo),
+            "computed": len(todo),
+            "tokens": sum(len(c.ids) for c in cands),
+            "bytes": sum(p.stat().st_size for p in paths if p.exists()),
+        }
 
     def _store_group(self, group: list[_Doc]) -> None:
         pins: dict[str, _Resident] = {}
@@ -128,7 +141,7 @@ class Reranker:
                 raise SpecRagError(f"the reranker's KV pool cannot hold one document ({exc})") from None
             self._unpin(pins)
             self._store_group(group[: len(group) // 2])
-            self._store_group(group[len(group) // 2:])
+            self._store_group(group[len(group) // 2 :])
         finally:
             self._unpin(pins)
 
@@ -166,8 +179,10 @@ class Reranker:
 
     def _check_len(self, n_doc: int, n_q: int) -> None:
         if n_doc + n_q > self.runner.max_seq_len:
-            raise SpecRagError(f"a document part of {n_doc} tokens and a question part of {n_q} exceed the "
-                               f"reranker's {self.runner.max_seq_len} positions; lower max_doc_tokens")
+            raise SpecRagError(
+                f"a document part of {n_doc} tokens and a question part of {n_q} exceed the "
+                f"reranker's {self.runner.max_seq_len} positions; lower max_doc_tokens"
+            )
 
     def _judge(self, chunks: list[Chunk]) -> list[float]:
         t0 = time.perf_counter()

@@ -35,8 +35,10 @@ def _decode(data: bytes, path: Path) -> str:
     except UnicodeDecodeError as exc:
         offset = exc.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
         line = data.count(b"\n", 0, offset) + 1
-        raise SpecRagError(f"{path} is not UTF-8 text (invalid byte 0x{data[offset]:02x} at byte offset "
-                           f"{offset}, line {line}); convert it to UTF-8") from None
+        raise SpecRagError(
+            f"{path} is not UTF-8 text (invalid byte 0x{data[offset]:02x} at byte offset "
+            f"{offset}, line {line}); convert it to UTF-8"
+        ) from None
 
 
 def _read_text(path: Path) -> str:
@@ -73,8 +75,9 @@ def _check(docs: list[Document], source: str) -> list[Document]:
     seen: dict[str, int] = {}
     for i, d in enumerate(docs):
         if d["id"] in seen:
-            raise SpecRagError(f"corpus {source}: duplicate document id {d['id']!r} (documents {seen[d['id']]} "
-                               f"and {i})")
+            raise SpecRagError(
+                f"corpus {source}: duplicate document id {d['id']!r} (documents {seen[d['id']]} and {i})"
+            )
         seen[d["id"]] = i
     return docs
 
@@ -120,8 +123,7 @@ def read_folder(root: Path) -> list[Document]:
     files: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        files += [Path(dirpath) / f for f in filenames
-                  if not f.startswith(".") and f.lower().endswith(TEXT_SUFFIXES)]
+        files += [Path(dirpath) / f for f in filenames if not f.startswith(".") and f.lower().endswith(TEXT_SUFFIXES)]
     docs = [_file_doc(p, root) for p in sorted(files, key=lambda p: p.relative_to(root).as_posix())]
     return [d for d in docs if d["text"] or d["title"]]
 
@@ -143,10 +145,15 @@ def default_corpus() -> list[Document]:
     try:
         from pydoc_data.topics import topics
     except ImportError as exc:  # stripped-down Python builds
-        raise SpecRagError("the built-in corpus needs CPython's pydoc_data module, which this Python lacks; "
-                           "pass a corpus file or folder") from exc
-    docs = [{"id": f"pydoc:{name}", "title": name, "text": body.strip()}
-            for name, body in sorted(topics.items()) if body.strip()]
+        raise SpecRagError(
+            "the built-in corpus needs CPython's pydoc_data module, which this Python lacks; "
+            "pass a corpus file or folder"
+        ) from exc
+    docs = [
+        {"id": f"pydoc:{name}", "title": name, "text": body.strip()}
+        for name, body in sorted(topics.items())
+        if body.strip()
+    ]
     return _check(docs, "pydoc_data.topics")
 
 

@@ -29,13 +29,21 @@ MEAN_NAME = "mean.npy"
 class DenseIndex:
     """Document embeddings [N, H] + documents; ``search`` returns ``[(doc_index, cosine)]`` best first."""
 
-    def __init__(self, docs: Sequence[Document], embeddings: np.ndarray, *, model: str,
-                 mean: np.ndarray | None = None, embedder: Embedder | None = None) -> None:
+    def __init__(
+        self,
+        docs: Sequence[Document],
+        embeddings: np.ndarray,
+        *,
+        model: str,
+        mean: np.ndarray | None = None,
+        embedder: Embedder | None = None,
+    ) -> None:
         self.docs = list(docs)
         self.embeddings = np.asarray(embeddings, np.float32)
         if self.embeddings.ndim != 2 or self.embeddings.shape[0] != len(self.docs):
-            raise SpecRagError(f"dense index: {len(self.docs)} documents but embeddings of shape "
-                               f"{self.embeddings.shape}")
+            raise SpecRagError(
+                f"dense index: {len(self.docs)} documents but embeddings of shape {self.embeddings.shape}"
+            )
         self.model = model
         self.mean = None if mean is None else np.asarray(mean, np.float32)
         self.embedder = embedder
@@ -75,8 +83,7 @@ class DenseIndex:
     def search(self, query: str, n: int = 10) -> list[tuple[int, float]]:
         """Top-``n`` documents for ``query`` (embedded with the index's embedder), best first."""
         if self.embedder is None:
-            raise SpecRagError("this dense index has no embedder: pass one to DenseIndex.load (or use "
-                               "search_vector)")
+            raise SpecRagError("this dense index has no embedder: pass one to DenseIndex.load (or use search_vector)")
         return self.search_vector(self.embedder.embed([query])[0], n)
 
     # ------------------------------------------------------------------ persistence
@@ -89,8 +96,13 @@ class DenseIndex:
                 np.save(tmp / MEAN_NAME, self.mean, allow_pickle=False)
             write_jsonl(self.docs, tmp / DOCS_NAME)
 
-        meta = {"num_docs": len(self.docs), "dim": self.dim, "model": self.model,
-                "embedding": "mean-pooled final hidden states, L2-normalised", "centered": self.mean is not None}
+        meta = {
+            "num_docs": len(self.docs),
+            "dim": self.dim,
+            "model": self.model,
+            "embedding": "mean-pooled final hidden states, L2-normalised",
+            "centered": self.mean is not None,
+        }
         return atomic_write_dir(path, KIND, meta, write)
 
     @classmethod
@@ -98,8 +110,10 @@ class DenseIndex:
         """Load an index; ``embedder`` (needed by ``search``) must be the model that built it."""
         root, meta = resolve_index_dir(path, KIND)
         if embedder is not None and embedder.name != meta.get("model"):
-            raise SpecRagError(f"index {root} was built with model {meta.get('model')!r}, not {embedder.name!r}; "
-                               "embeddings of different models are not comparable")
+            raise SpecRagError(
+                f"index {root} was built with model {meta.get('model')!r}, not {embedder.name!r}; "
+                "embeddings of different models are not comparable"
+            )
         docs = read_jsonl(root / DOCS_NAME, keep_empty=True)
         try:
             emb = np.load(root / EMB_NAME, allow_pickle=False)
@@ -107,6 +121,7 @@ class DenseIndex:
         except (OSError, ValueError) as exc:
             raise SpecRagError(f"cannot load the dense index at {root}: {exc}") from exc
         if len(docs) != meta.get("num_docs") or emb.shape != (len(docs), meta.get("dim")):
-            raise SpecRagError(f"index {root} is inconsistent (documents, embeddings and metadata disagree); "
-                               "rebuild it")
+            raise SpecRagError(
+                f"index {root} is inconsistent (documents, embeddings and metadata disagree); rebuild it"
+            )
         return cls(docs, emb, model=meta["model"], mean=mean, embedder=embedder)

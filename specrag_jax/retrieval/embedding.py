@@ -74,8 +74,14 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 class Embedder:
     """Embeds text with a loaded model's runner and tokenizer (a ``TextModel``, or anything with both)."""
 
-    def __init__(self, model, *, max_tokens: int = DEFAULT_MAX_TOKENS, step_tokens: int = DEFAULT_STEP_TOKENS,
-                 name: str | None = None) -> None:
+    def __init__(
+        self,
+        model,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        step_tokens: int = DEFAULT_STEP_TOKENS,
+        name: str | None = None,
+    ) -> None:
         self.runner = model.runner
         self.tokenizer = model.tokenizer
         self.name = name or getattr(model, "name", "unknown")
@@ -103,13 +109,29 @@ class Embedder:
     def _pack(self, chunks: Sequence[Chunk], min_seqs: int = MIN_SEQS) -> PackedStep:
         # Empty chunks pad the sequence count to >= min_seqs, so one program serves 1..8 texts.
         chunks = list(chunks) + [Chunk(pages=[], kv_len=0, tokens=[], write=False)] * (min_seqs - len(chunks))
-        return pack_chunks(chunks, page_size=self.runner.page_size, num_slots=2 * self.runner.page_size,
-                           min_token_bucket=MIN_TOKENS, min_page_bucket=1, max_page_bucket=1)
+        return pack_chunks(
+            chunks,
+            page_size=self.runner.page_size,
+            num_slots=2 * self.runner.page_size,
+            min_token_bucket=MIN_TOKENS,
+            min_page_bucket=1,
+            max_page_bucket=1,
+        )
 
     def _run(self, step: PackedStep, segments: np.ndarray, weights: np.ndarray, num_segments: int) -> np.ndarray:
         r = self.runner
-        out = _pooled_step(r.params, self._pool, step.tokens, step.meta, segments, weights, cfg=r.cfg,
-                           dtype=r.dtype, tree=step.tree, num_segments=num_segments)
+        out = _pooled_step(
+            r.params,
+            self._pool,
+            step.tokens,
+            step.meta,
+            segments,
+            weights,
+            cfg=r.cfg,
+            dtype=r.dtype,
+            tree=step.tree,
+            num_segments=num_segments,
+        )
         return np.asarray(out)
 
     # ------------------------------------------------------------------ public
@@ -135,8 +157,7 @@ class Embedder:
             out[batch] = pooled[: len(batch)]
         return l2_normalize(out) if normalize else out
 
-    def embed_for_question(self, question: str, docs: Sequence[dict | str], *,
-                           normalize: bool = True) -> np.ndarray:
+    def embed_for_question(self, question: str, docs: Sequence[dict | str], *, normalize: bool = True) -> np.ndarray:
         """[N, H] embeddings of each document read after the question (for clustering the retrieved set).
 
         ``docs``: documents (title + text are embedded) or plain strings. The question is computed once per
@@ -170,8 +191,10 @@ class Embedder:
                 segs += [j] * n
                 weights += [1.0] * n
             # One sequence (a tree): long steps then take the query-blocked attention (kernels/blocked.py).
-            step = self._pack([Chunk(pages=[], kv_len=0, tokens=tokens, parents=parents, positions=positions,
-                                     write=False)], min_seqs=1)
+            step = self._pack(
+                [Chunk(pages=[], kv_len=0, tokens=tokens, parents=parents, positions=positions, write=False)],
+                min_seqs=1,
+            )
             self.last_call["tokens"] += len(tokens)
             self.last_call["steps"] += 1
             t_pad = step.tokens.shape[0]
@@ -195,9 +218,11 @@ def hidden_states(runner, step: PackedStep) -> np.ndarray:
     cfg = runner.cfg
     pool = make_pool(cfg.num_layers, 2, runner.page_size, cfg.num_kv_heads, cfg.head_dim, jnp.dtype(runner.dtype))
     # Nothing is read or written: every slot points past the dummy pool, every page-table entry at page 0.
-    meta = dataclasses.replace(step.meta,
-                               write_slots=np.full_like(np.asarray(step.meta.write_slots), 2 * runner.page_size),
-                               page_table=np.zeros_like(np.asarray(step.meta.page_table)))
+    meta = dataclasses.replace(
+        step.meta,
+        write_slots=np.full_like(np.asarray(step.meta.write_slots), 2 * runner.page_size),
+        page_table=np.zeros_like(np.asarray(step.meta.page_table)),
+    )
     hidden = _hidden_step(runner.params, pool, step.tokens, meta, cfg=cfg, dtype=runner.dtype, tree=step.tree)
     return np.asarray(hidden)
 

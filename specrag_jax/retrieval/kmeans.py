@@ -97,8 +97,7 @@ def _kmeans_jit(key, x, w, tol, *, k, n_init, max_iters):
     return c[best], labels[best], inertia[best], iters[best]
 
 
-def kmeans(points, k: int, *, seed: int = 0, n_init: int = 4, max_iters: int = 100,
-           tol: float = 1e-6) -> KMeansResult:
+def kmeans(points, k: int, *, seed: int = 0, n_init: int = 4, max_iters: int = 100, tol: float = 1e-6) -> KMeansResult:
     """Cluster ``points`` [N, H] into ``k`` groups (same seed, same result).
 
     ``tol``: stop when the squared centroid shift falls below ``tol`` x the data's total variance.
@@ -128,8 +127,9 @@ def kmeans(points, k: int, *, seed: int = 0, n_init: int = 4, max_iters: int = 1
     xp[:n] = x
     w = np.zeros(n_pad, np.float32)
     w[:n] = 1.0
-    c, labels, inertia, iters = _kmeans_jit(jax.random.PRNGKey(seed), xp, w, jnp.float32(tol), k=k_used,
-                                            n_init=n_init, max_iters=max_iters)
+    c, labels, inertia, iters = _kmeans_jit(
+        jax.random.PRNGKey(seed), xp, w, jnp.float32(tol), k=k_used, n_init=n_init, max_iters=max_iters
+    )
     labels = np.asarray(labels)[:n]
     used, labels = np.unique(labels, return_inverse=True)  # relabel 0..k'-1 (a cluster can empty in Lloyd)
     if len(used) < k_used:

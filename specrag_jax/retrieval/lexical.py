@@ -61,8 +61,9 @@ def tokenize(texts: Sequence[str], stopwords: str | None = "en") -> list[list[st
     bm25s = _bm25s()
     if stopwords not in STOPWORDS:
         raise SpecRagError(f"unknown stop-word list {stopwords!r}; choose one of {STOPWORDS}")
-    return bm25s.tokenize(list(texts), stopwords=stopwords or [], stemmer=_stem_all, return_ids=False,
-                          show_progress=False)
+    return bm25s.tokenize(
+        list(texts), stopwords=stopwords or [], stemmer=_stem_all, return_ids=False, show_progress=False
+    )
 
 
 def _top_n(scores: np.ndarray, n: int) -> list[tuple[int, float]]:
@@ -83,8 +84,9 @@ class LexicalIndex:
         self.stopwords = stopwords
 
     @classmethod
-    def build(cls, docs: Sequence[Document], *, k1: float = 1.5, b: float = 0.75,
-              stopwords: str | None = "en") -> "LexicalIndex":
+    def build(
+        cls, docs: Sequence[Document], *, k1: float = 1.5, b: float = 0.75, stopwords: str | None = "en"
+    ) -> "LexicalIndex":
         bm25s = _bm25s()
         docs = list(docs)
         if not docs:
@@ -118,8 +120,13 @@ class LexicalIndex:
             self._bm25.save(str(tmp / BM25_DIR), show_progress=False)
             write_jsonl(self.docs, tmp / DOCS_NAME)
 
-        meta = {"num_docs": len(self.docs), "k1": self._bm25.k1, "b": self._bm25.b,
-                "stopwords": self.stopwords, "stemmer": "harman-s"}
+        meta = {
+            "num_docs": len(self.docs),
+            "k1": self._bm25.k1,
+            "b": self._bm25.b,
+            "stopwords": self.stopwords,
+            "stemmer": "harman-s",
+        }
         return atomic_write_dir(path, KIND, meta, write)
 
     @classmethod
@@ -132,6 +139,7 @@ class LexicalIndex:
         except (OSError, ValueError, json.JSONDecodeError) as exc:
             raise SpecRagError(f"cannot load the BM25 index at {root}: {exc}") from exc
         if len(docs) != meta.get("num_docs"):
-            raise SpecRagError(f"index {root} is inconsistent: {len(docs)} documents, metadata says "
-                               f"{meta.get('num_docs')}; rebuild it")
+            raise SpecRagError(
+                f"index {root} is inconsistent: {len(docs)} documents, metadata says {meta.get('num_docs')}; rebuild it"
+            )
         return cls(docs, retriever, meta.get("stopwords"))

@@ -114,6 +114,8 @@ def resolve_index_dir(path: str | os.PathLike, kind: str) -> tuple[Path, dict[st
     if meta.get("kind") != kind:
         raise SpecRagError(f"{path} holds a {meta.get('kind')!r} index, not a {kind!r} one")
     if meta.get("format_version") != FORMAT_VERSION:
-        raise SpecRagError(f"{path}: index format {meta.get('format_version')} is not supported "
-                           f"(expected {FORMAT_VERSION}); rebuild it")
+        raise SpecRagError(
+            f"{path}: index format {meta.get('format_version')} is not supported "
+            f"(expected {FORMAT_VERSION}); rebuild it"
+        )
     return path, meta

@@ -54,8 +54,10 @@ def sample_subsets(labels: Sequence[int] | np.ndarray, m: int, *, seed: int = 0)
         subsets = [subsets[j] for j in order]
         note = None
         if total < m:
-            note = (f"only {total} distinct subsets exist ({len(clusters)} clusters of sizes {sizes}); "
-                    f"returning all of them instead of {m}")
+            note = (
+                f"only {total} distinct subsets exist ({len(clusters)} clusters of sizes {sizes}); "
+                f"returning all of them instead of {m}"
+            )
         return SubsetSample(subsets, m, total, note)
     if total <= _ENUMERATE_LIMIT:
         # Mixed-radix decoding of m distinct subset numbers: uniform, without replacement, no rejection.

@@ -131,36 +131,70 @@ class EngineGenerator:
     def check_prompt(self, prompt: Sequence[int], max_new_tokens: int) -> None:
         self.engine.check_prompt(prompt, max_new_tokens)
 
-    def generate(self, prompts: Sequence[Sequence[int]], sampling=SamplingParams(), max_new_tokens: int = 64,
-                 stop_fn: StopFn | None = None, speculation: Speculation | None = None) -> list[GenerationResult]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling=SamplingParams(),
+        max_new_tokens: int = 64,
+        stop_fn: StopFn | None = None,
+        speculation: Speculation | None = None,
+    ) -> list[GenerationResult]:
         return self.generate_branches([], prompts, sampling, max_new_tokens, stop_fn, speculation)
 
-    def generate_branches(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], sampling=SamplingParams(),
-                          max_new_tokens: int = 64, stop_fn: StopFn | None = None,
-                          speculation: Speculation | None = None) -> list[GenerationResult]:
+    def generate_branches(
+        self,
+        prefix: Sequence[int],
+        suffixes: Sequence[Sequence[int]],
+        sampling=SamplingParams(),
+        max_new_tokens: int = 64,
+        stop_fn: StopFn | None = None,
+        speculation: Speculation | None = None,
+    ) -> list[GenerationResult]:
         """``speculation``: decode with token trees in the engine (as ``Generator.generate``'s)."""
         self.ctx.emit({"event": "stage", "stage": f"{self.role}_generate", "branches": len(suffixes)})
-        return self.ctx.wait(lambda t: self.engine.submit_generate(prefix, suffixes, sampling, max_new_tokens,
-                                                                   stop_fn, timeout=t, speculation=speculation))
+        return self.ctx.wait(
+            lambda t: self.engine.submit_generate(
+                prefix, suffixes, sampling, max_new_tokens, stop_fn, timeout=t, speculation=speculation
+            )
+        )
 
-    def generate_phases(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], phases: Sequence[Phase],
-                        between: BetweenFn | None = None, sampling=SamplingParams(),
-                        speculation: Speculation | None = None) -> list[list[GenerationResult]]:
-        self.ctx.emit({"event": "stage", "stage": f"{self.role}_generate", "branches": len(suffixes),
-                       "phases": len(phases)})
-        return self.ctx.wait(lambda t: self.engine.submit_phases(prefix, suffixes, phases, between, sampling,
-                                                                 timeout=t, speculation=speculation))
+    def generate_phases(
+        self,
+        prefix: Sequence[int],
+        suffixes: Sequence[Sequence[int]],
+        phases: Sequence[Phase],
+        between: BetweenFn | None = None,
+        sampling=SamplingParams(),
+        speculation: Speculation | None = None,
+    ) -> list[list[GenerationResult]]:
+        self.ctx.emit(
+            {"event": "stage", "stage": f"{self.role}_generate", "branches": len(suffixes), "phases": len(phases)}
+        )
+        return self.ctx.wait(
+            lambda t: self.engine.submit_phases(
+                prefix, suffixes, phases, between, sampling, timeout=t, speculation=speculation
+            )
+        )
 
     def start_prefill(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]]) -> PrefillHandle:
         """Prefill ``prefix + suffix`` for every suffix into the prefix cache without waiting (progressive
         prefill): one engine request under the usual admission and backpressure, one sampled token per branch
         (discarded; the engine's requests sample at least one), pages back to the pool (cache-held) at its end."""
         self.ctx.emit({"event": "stage", "stage": f"{self.role}_prefill", "branches": len(suffixes)})
-        return PrefillHandle(self.ctx, self.ctx.track(
-            lambda t: self.engine.submit_generate(prefix, suffixes, SamplingParams(), 1, timeout=t)))
+        return PrefillHandle(
+            self.ctx,
+            self.ctx.track(lambda t: self.engine.submit_generate(prefix, suffixes, SamplingParams(), 1, timeout=t)),
+        )
 
-    def score_tree(self, prefix: Sequence[int], tokens: Sequence[int], parents: Sequence[int],
-                   positions: Sequence[int], rows: Sequence[int], targets: Sequence[int]) -> np.ndarray:
+    def score_tree(
+        self,
+        prefix: Sequence[int],
+        tokens: Sequence[int],
+        parents: Sequence[int],
+        positions: Sequence[int],
+        rows: Sequence[int],
+        targets: Sequence[int],
+    ) -> np.ndarray:
         self.ctx.emit({"event": "stage", "stage": f"{self.role}_score", "tree_tokens": len(tokens)})
         tree = Tree(list(tokens), list(parents), list(positions), list(rows), list(targets))
         return self.ctx.wait(lambda t: self.engine.submit_score(prefix, tree, timeout=t))

@@ -22,7 +22,8 @@ def worst_case_pages(req: Request, page_size: int, max_seq_len: int | None = Non
     aligned = _shared_len(req, page_size)
     return aligned // page_size + sum(
         pages_needed(seq_slots(req, len(req.prefix) + len(s), max_seq_len), page_size) - aligned // page_size
-        for s in req.suffixes)
+        for s in req.suffixes
+    )
 
 
 def seq_slots(req: Request, prompt_len: int, max_seq_len: int | None = None) -> int:
@@ -47,8 +48,14 @@ def _shared_len(req: Request, page_size: int) -> int:
 class Admitter:
     """Reserves pages for requests against one allocator and prefix cache."""
 
-    def __init__(self, allocator: PageAllocator, cache: PrefixCache, page_size: int,
-                 max_seq_len: int | None = None, penalties: PenaltyTable | None = None) -> None:
+    def __init__(
+        self,
+        allocator: PageAllocator,
+        cache: PrefixCache,
+        page_size: int,
+        max_seq_len: int | None = None,
+        penalties: PenaltyTable | None = None,
+    ) -> None:
         self.alloc, self.cache, self.ps, self.max_seq_len = allocator, cache, page_size, max_seq_len
         self.penalties = penalties  # token-count slots of penalised sequences (None: such requests are refused)
 
@@ -92,8 +99,9 @@ class Admitter:
             return self._admit_group(req, aligned)
         prompts = [req.prefix + list(s) for s in req.suffixes]
         hits = [(len(p), self.cache.match(p, (len(p) - 1) // ps)) for p in prompts]
-        needs = [pages_needed(seq_slots(req, len(p), self.max_seq_len), ps) - len(h)
-                 for p, (_, h) in zip(prompts, hits)]
+        needs = [
+            pages_needed(seq_slots(req, len(p), self.max_seq_len), ps) - len(h) for p, (_, h) in zip(prompts, hits)
+        ]
         if not self._reserve(sum(needs)):
             self._undo(hits)
             return False
@@ -116,8 +124,10 @@ class Admitter:
             own_hits.append(h)
         shared_users = sum(h is None for h in own_hits)
         hit = self.cache.match(req.prefix[:aligned], npre) if shared_users else []
-        own = [pages_needed(seq_slots(req, len(p), self.max_seq_len), ps) - (len(h) if h is not None else npre)
-               for p, h in zip(prompts, own_hits)]
+        own = [
+            pages_needed(seq_slots(req, len(p), self.max_seq_len), ps) - (len(h) if h is not None else npre)
+            for p, h in zip(prompts, own_hits)
+        ]
         if not self._reserve((npre - len(hit) if shared_users else 0) + sum(own)):
             self._undo([(aligned, hit)] + [(len(p), h) for p, h in zip(prompts, own_hits) if h is not None])
             return False
@@ -131,8 +141,7 @@ class Admitter:
                 req.seqs.append(Seq(req, i, p, h + self.alloc.allocate(n), prefilled=len(h) * ps, sampling=sp))
                 continue
             self.alloc.retain(shared)
-            req.seqs.append(Seq(req, i, p, shared + self.alloc.allocate(n), prefilled=aligned, sampling=sp,
-                                ready=done))
+            req.seqs.append(Seq(req, i, p, shared + self.alloc.allocate(n), prefilled=aligned, sampling=sp, ready=done))
         req.shared_len = aligned
         req.cached_tokens = len(hit) * ps + sum(len(h) * ps for h in own_hits if h is not None)
         return True

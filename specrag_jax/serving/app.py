@@ -25,9 +25,9 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.serving.adapter import RequestContext
 from specrag_jax.serving.metrics import Metrics
 from specrag_jax.serving.openai_api import OpenAIHandlers
-from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout
 from specrag_jax.serving.rag_openapi import RAG_RESPONSES, REQUEST_EXAMPLES
 from specrag_jax.serving.rag_schemas import RagRequest
+from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout
 from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest
 from specrag_jax.serving.service import Service
 from specrag_jax.serving.sse import abandon, queued_until_done, sse, until_done_or_gone
@@ -55,8 +55,7 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
-            return await _error(413, f"request body over {self.limit} bytes", "request_too_large")(
-                scope, receive, send)
+            return await _error(413, f"request body over {self.limit} bytes", "request_too_large")(scope, receive, send)
         seen = 0
 
         async def limited():
@@ -100,8 +99,12 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req, exc: StarletteHTTPException):
-        return _error(exc.status_code, str(exc.detail), "invalid_request_error" if exc.status_code < 500
-                      else "server_error", getattr(exc, "headers", None))
+        return _error(
+            exc.status_code,
+            str(exc.detail),
+            "invalid_request_error" if exc.status_code < 500 else "server_error",
+            getattr(exc, "headers", None),
+        )
 
     @app.exception_handler(SpecRagError)
     async def _domain(_req, exc: SpecRagError):
@@ -179,10 +182,14 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
         queue: asyncio.Queue = asyncio.Queue()
         on_event = (lambda e: loop.call_soon_threadsafe(queue.put_nowait, e)) if body.stream else None
         ctx = RequestContext(service.config.request_timeout, on_event)
-        docs = None if body.documents is None else [
-            d if isinstance(d, str) else {**d.model_dump(), "id": str(d.id)} for d in body.documents]
-        future = asyncio.wrap_future(service.submit(service.rag, body.question, docs, body.method, ctx,
-                                                    **body.rag_options()))
+        docs = (
+            None
+            if body.documents is None
+            else [d if isinstance(d, str) else {**d.model_dump(), "id": str(d.id)} for d in body.documents]
+        )
+        future = asyncio.wrap_future(
+            service.submit(service.rag, body.question, docs, body.method, ctx, **body.rag_options())
+        )
         if not body.stream:
             try:
                 answer = await until_done_or_gone(request, future, ctx.cancel)
@@ -192,8 +199,11 @@ def create_app(service: Service, *, metrics: Metrics | None = None) -> FastAPI:
                 abandon(future)
             metrics.observe_trace(answer.trace)
             return answer.to_dict()
-        return StreamingResponse(_rag_stream(future, queue, ctx, metrics), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(
+            _rag_stream(future, queue, ctx, metrics),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
 
     return app
 

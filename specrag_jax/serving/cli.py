@@ -20,9 +20,13 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="model name, path, or tiny:llama / tiny:gemma3")
-    p.add_argument("--drafter-adapter", default=None, metavar="DIR",
-                   help="a `specrag train --out` or `specrag export-adapter` folder, a shipped adapter's name, or "
-                        "'none': merged into the drafter at load (default: the drafter's shipped tuned adapter)")
+    p.add_argument(
+        "--drafter-adapter",
+        default=None,
+        metavar="DIR",
+        help="a `specrag train --out` or `specrag export-adapter` folder, a shipped adapter's name, or "
+        "'none': merged into the drafter at load (default: the drafter's shipped tuned adapter)",
+    )
     p.add_argument("--verifier", default=DEFAULT_VERIFIER)
     p.add_argument("--corpus", default=None, help="corpus searched when /v1/rag gets no documents")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -37,24 +41,45 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-body-bytes", type=int, default=1 << 20)
     p.add_argument("--no-prefix-cache", action="store_true")
     p.add_argument("--no-backpressure", action="store_true")
-    p.add_argument("--speculative", default="none", metavar="PROPOSER",
-                   help="completions and chat completions decode with token-tree speculation: none (default) or "
-                        "ngram (prompt lookup); the output is the model's own (greedy: identical)")
+    p.add_argument(
+        "--speculative",
+        default="none",
+        metavar="PROPOSER",
+        help="completions and chat completions decode with token-tree speculation: none (default) or "
+        "ngram (prompt lookup); the output is the model's own (greedy: identical)",
+    )
     p.add_argument("--spec-budget", type=int, default=16, help="largest token tree per step: 8, 16, 32 or 64")
     p.add_argument("--n-docs", type=int, default=10)
     p.add_argument("--m", type=int, default=5, help="default number of drafts")
     p.add_argument("--k", type=int, default=2, help="default number of clusters")
-    p.add_argument("--selection", default=DEFAULT_SELECTION, help="/v1/rag's default selection: evidence, "
-                   "evidence+agg, rho or rho+agg")
-    p.add_argument("--tau-min", type=float, default=DEFAULT_TAU_MIN,
-                   help="/v1/rag's cascade floor in [0, 1] (0: always accept the selected draft)")
-    p.add_argument("--warmup", default="decode", choices=["none", "decode", "full"],
-                   help="compile step shapes before serving: decode steps only, or every reachable shape")
-    p.add_argument("--warmup-sampling", action="store_true",
-                   help="also warm up the sampling programs (requests with temperature > 0; greedy is the default)")
-    p.add_argument("--compile-cache", default=None,
-                   help="persistent XLA compilation cache directory (default ~/.cache/specrag_jax/xla, shared with "
-                        "ask/eval/generate; 'none' = off)")
+    p.add_argument(
+        "--selection",
+        default=DEFAULT_SELECTION,
+        help="/v1/rag's default selection: evidence, evidence+agg, rho or rho+agg",
+    )
+    p.add_argument(
+        "--tau-min",
+        type=float,
+        default=DEFAULT_TAU_MIN,
+        help="/v1/rag's cascade floor in [0, 1] (0: always accept the selected draft)",
+    )
+    p.add_argument(
+        "--warmup",
+        default="decode",
+        choices=["none", "decode", "full"],
+        help="compile step shapes before serving: decode steps only, or every reachable shape",
+    )
+    p.add_argument(
+        "--warmup-sampling",
+        action="store_true",
+        help="also warm up the sampling programs (requests with temperature > 0; greedy is the default)",
+    )
+    p.add_argument(
+        "--compile-cache",
+        default=None,
+        help="persistent XLA compilation cache directory (default ~/.cache/specrag_jax/xla, shared with "
+        "ask/eval/generate; 'none' = off)",
+    )
     p.add_argument("--log-level", default="warning")
     from specrag_jax.rerank.options import add_rerank_arguments
 
@@ -72,15 +97,23 @@ def _load(name: str, args: argparse.Namespace, seed: int, placement=None, adapte
     if name.startswith("tiny:"):
         if adapter is not None:
             raise SpecRagError(f"--drafter-adapter needs a real model, not {name}")
-        return tiny_text_model(name, seed=seed, num_pages=args.num_pages, page_size=args.page_size,
-                               max_seq_len=min(args.max_seq_len, 1024))
+        return tiny_text_model(
+            name, seed=seed, num_pages=args.num_pages, page_size=args.page_size, max_seq_len=min(args.max_seq_len, 1024)
+        )
     transform = None
     if adapter is not None:
         from specrag_jax.training.lora_merge import adapter_transform  # optax / orbax only when an adapter is used
 
         transform = adapter_transform(name, adapter)
-    return TextModel.load(name, dtype=args.dtype, max_seq_len=args.max_seq_len, num_pages=args.num_pages,
-                          page_size=args.page_size, placement=placement, transform_params=transform)
+    return TextModel.load(
+        name,
+        dtype=args.dtype,
+        max_seq_len=args.max_seq_len,
+        num_pages=args.num_pages,
+        page_size=args.page_size,
+        placement=placement,
+        transform_params=transform,
+    )
 
 
 def build_service(args: argparse.Namespace):
@@ -92,33 +125,58 @@ def build_service(args: argparse.Namespace):
     from specrag_jax.serving.policy import SchedulerConfig
     from specrag_jax.serving.service import ServeConfig, Service
 
-    for flag in ("port", "num_pages", "page_size", "token_budget", "max_running", "max_inflight", "max_waiting",
-                 "max_body_bytes"):
+    for flag in (
+        "port",
+        "num_pages",
+        "page_size",
+        "token_budget",
+        "max_running",
+        "max_inflight",
+        "max_waiting",
+        "max_body_bytes",
+    ):
         if getattr(args, flag) < (0 if flag == "port" else 1):
             raise SpecRagError(f"--{flag.replace('_', '-')} must be >= 1 (got {getattr(args, flag)})")
     if args.request_timeout <= 0:
         raise SpecRagError(f"--request-timeout must be > 0 (got {args.request_timeout})")
-    rag = RAGConfig(n_docs=args.n_docs, m=args.m, k=args.k, selection=args.selection, tau_min=args.tau_min,
-                    **rerank_fields(args))
+    rag = RAGConfig(
+        n_docs=args.n_docs, m=args.m, k=args.k, selection=args.selection, tau_min=args.tau_min, **rerank_fields(args)
+    )
     rag.check()
     config = ServeConfig(
-        request_timeout=args.request_timeout, max_inflight=args.max_inflight, max_waiting=args.max_waiting,
-        max_body_bytes=args.max_body_bytes, api_key=args.api_key, prefix_cache=not args.no_prefix_cache,
-        scheduler=SchedulerConfig(token_budget=args.token_budget, max_running=args.max_running,
-                                  max_queue=max(args.max_inflight * 4, 16), backpressure=not args.no_backpressure),
-        rag=rag, speculative=args.speculative, spec_budget=args.spec_budget,
+        request_timeout=args.request_timeout,
+        max_inflight=args.max_inflight,
+        max_waiting=args.max_waiting,
+        max_body_bytes=args.max_body_bytes,
+        api_key=args.api_key,
+        prefix_cache=not args.no_prefix_cache,
+        scheduler=SchedulerConfig(
+            token_budget=args.token_budget,
+            max_running=args.max_running,
+            max_queue=max(args.max_inflight * 4, 16),
+            backpressure=not args.no_backpressure,
+        ),
+        rag=rag,
+        speculative=args.speculative,
+        spec_budget=args.spec_budget,
     )
     from specrag_jax.parallel.cli import placements_from_args
 
     placements = placements_from_args(args)  # --mesh / --drafter-devices / --verifier-devices
     adapter = default_adapter(args.drafter, args.drafter_adapter)  # the drafter's shipped adapter unless 'none'
     drafter = _load(args.drafter, args, seed=1, placement=placements.drafter, adapter=adapter)
-    verifier = drafter if args.verifier == args.drafter else _load(args.verifier, args, seed=2,
-                                                                     placement=placements.verifier)
+    verifier = (
+        drafter if args.verifier == args.drafter else _load(args.verifier, args, seed=2, placement=placements.verifier)
+    )
     docs = default_corpus() if args.corpus is None else load_corpus(args.corpus)
-    return Service(drafter, verifier, subsets=clustered_subsets(Embedder(drafter)),
-                   search=lexical_search(LexicalIndex.build(docs)), config=config,
-                   reranker=_reranker_factory(args, rag, placements.drafter))
+    return Service(
+        drafter,
+        verifier,
+        subsets=clustered_subsets(Embedder(drafter)),
+        search=lexical_search(LexicalIndex.build(docs)),
+        config=config,
+        reranker=_reranker_factory(args, rag, placements.drafter),
+    )
 
 
 def _reranker_factory(args: argparse.Namespace, rag, placement):
@@ -139,10 +197,15 @@ def _reranker_factory(args: argparse.Namespace, rag, placement):
     def model():
         with lock:
             if not loaded:
-                loaded.append(_load(name, args, seed={args.verifier: 2, args.drafter: 1}.get(name, 3),
-                                    placement=placement,
-                                    adapter=default_adapter(args.drafter, args.drafter_adapter)
-                                    if name == args.drafter else None))
+                loaded.append(
+                    _load(
+                        name,
+                        args,
+                        seed={args.verifier: 2, args.drafter: 1}.get(name, 3),
+                        placement=placement,
+                        adapter=default_adapter(args.drafter, args.drafter_adapter) if name == args.drafter else None,
+                    )
+                )
             return loaded[0]
 
     if name not in (args.drafter, args.verifier):
@@ -162,11 +225,15 @@ def serve_main(args: argparse.Namespace) -> int:
     if args.warmup != "none":
         print(f"specrag: compiling the engines' step shapes (--warmup {args.warmup}) ...", file=sys.stderr, flush=True)
         for name, report in service.warmup(args.warmup, sampled=args.warmup_sampling).items():
-            print(f"specrag: {name}: {report['programs']} programs in {report['seconds']} s", file=sys.stderr,
-                  flush=True)
+            print(
+                f"specrag: {name}: {report['programs']} programs in {report['seconds']} s", file=sys.stderr, flush=True
+            )
     app = create_app(service)
-    print(f"specrag: serving {args.drafter} (drafter) and {args.verifier} (verifier) on "
-          f"http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    print(
+        f"specrag: serving {args.drafter} (drafter) and {args.verifier} (verifier) on http://{args.host}:{args.port}",
+        file=sys.stderr,
+        flush=True,
+    )
     # uvicorn drains in-flight requests on SIGTERM/SIGINT, runs the app's shutdown (engines drain), then re-raises
     # the signal with the handlers it found installed: make those no-ops so a drained shutdown exits 0.
     for sig in (signal.SIGTERM, signal.SIGINT):

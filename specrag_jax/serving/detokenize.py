@@ -26,11 +26,11 @@ class IncrementalDetokenizer:
     def push(self, token: int) -> str:
         """Add one token; returns the text it completes (possibly empty while bytes are pending)."""
         self.ids.append(int(token))
-        before = self._decode(self.ids[self._prefix: self._read])
-        after = self._decode(self.ids[self._prefix:])
+        before = self._decode(self.ids[self._prefix : self._read])
+        after = self._decode(self.ids[self._prefix :])
         if len(after) <= len(before) or after.endswith(REPLACEMENT):
             return ""
-        new = after[len(before):]
+        new = after[len(before) :]
         self._prefix, self._read = self._read, len(self.ids)
         self.text += new
         return new
@@ -38,6 +38,6 @@ class IncrementalDetokenizer:
     def flush(self) -> str:
         """The rest of the text once generation ended (held-back bytes decode as they are)."""
         full = self._decode(self.ids)
-        rest = full[len(self.text):] if full.startswith(self.text) else ""
+        rest = full[len(self.text) :] if full.startswith(self.text) else ""
         self.text += rest
         return rest

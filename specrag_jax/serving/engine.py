@@ -27,7 +27,15 @@ from specrag_jax.serving.engine_state import EngineState, StageFn
 from specrag_jax.serving.policy import Backpressure, SchedulerConfig
 from specrag_jax.serving.prefix_cache import PrefixCache
 from specrag_jax.serving.requests import (
-    EngineError, EngineStopped, QueueFull, Request, RequestCancelled, RequestTimeout, StopFn, TokenFn, Tree,
+    EngineError,
+    EngineStopped,
+    QueueFull,
+    Request,
+    RequestCancelled,
+    RequestTimeout,
+    StopFn,
+    TokenFn,
+    Tree,
 )
 from specrag_jax.serving.steps import StepBuilder
 from specrag_jax.serving.warmup import WarmupReport, warmup
@@ -36,11 +44,19 @@ from specrag_jax.serving.warmup import WarmupReport, warmup
 class Engine:
     """Continuous batching for one model. Start with ``start()``; ``stop(drain=True)`` finishes in-flight work."""
 
-    def __init__(self, runner: ModelRunner, eos_ids: Sequence[int] = (), *, name: str = "model",
-                 config: SchedulerConfig | None = None, prefix_cache: bool = True,
-                 on_stage: StageFn | None = None) -> None:
-        self.state = EngineState(runner, eos_ids, name=name, config=config, prefix_cache=prefix_cache,
-                                 on_stage=on_stage)
+    def __init__(
+        self,
+        runner: ModelRunner,
+        eos_ids: Sequence[int] = (),
+        *,
+        name: str = "model",
+        config: SchedulerConfig | None = None,
+        prefix_cache: bool = True,
+        on_stage: StageFn | None = None,
+    ) -> None:
+        self.state = EngineState(
+            runner, eos_ids, name=name, config=config, prefix_cache=prefix_cache, on_stage=on_stage
+        )
         self._cv = threading.Condition()
         self._steps = StepBuilder(self.state)
         self._thread: threading.Thread | None = None
@@ -105,8 +121,9 @@ class Engine:
     def started(self) -> bool:
         return self._thread is not None
 
-    def warmup(self, level: str = "full", sampled: bool = True, score: bool = True,
-               spec_budget: int | None = None) -> WarmupReport:
+    def warmup(
+        self, level: str = "full", sampled: bool = True, score: bool = True, spec_budget: int | None = None
+    ) -> WarmupReport:
         """Compile the step shapes this engine can reach (``serving.warmup``; ``spec_budget``: also speculation
         steps with trees up to that budget); before ``start()``."""
         return warmup(self, level, sampled, score, spec_budget=spec_budget)
@@ -130,20 +147,29 @@ class Engine:
             self._cv.notify_all()
 
     # ------------------------------------------------------------------ submission
-    def submit_generate(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]],
-                        sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
-                        max_new_tokens: int = 64, stop_fn: StopFn | None = None, on_token: TokenFn | None = None,
-                        timeout: float | None = None, speculation: Speculation | None = None) -> Request:
+    def submit_generate(
+        self,
+        prefix: Sequence[int],
+        suffixes: Sequence[Sequence[int]],
+        sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+        max_new_tokens: int = 64,
+        stop_fn: StopFn | None = None,
+        on_token: TokenFn | None = None,
+        timeout: float | None = None,
+        speculation: Speculation | None = None,
+    ) -> Request:
         """Queue a continuation of ``prefix + suffix`` for every suffix (shared prefix pages, one group).
 
         ``speculation``: decode with token trees (as ``Generator``'s; greedy output is the same)."""
         if max_new_tokens < 1:
             raise SpecRagError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
-        return self._enqueue(self._generate_request(prefix, suffixes, sampling, max_new_tokens, stop_fn, on_token,
-                                                    speculation), timeout)
+        return self._enqueue(
+            self._generate_request(prefix, suffixes, sampling, max_new_tokens, stop_fn, on_token, speculation), timeout
+        )
 
-    def _generate_request(self, prefix, suffixes, sampling, max_new_tokens: int, stop_fn, on_token,
-                          speculation: Speculation | None = None) -> Request:
+    def _generate_request(
+        self, prefix, suffixes, sampling, max_new_tokens: int, stop_fn, on_token, speculation: Speculation | None = None
+    ) -> Request:
         if speculation is not None:
             if not isinstance(speculation, Speculation):
                 raise SpecRagError(f"speculation must be a Speculation (got {type(speculation).__name__})")
@@ -154,20 +180,27 @@ class Engine:
         if len(params) != len(suffixes):
             raise SpecRagError(f"{len(params)} sampling settings for {len(suffixes)} prompts")
         if sum(p.penalized for p in params) > self.runner.penalties.capacity:
-            raise SpecRagError(f"{sum(p.penalized for p in params)} penalised prompts in one request; the engine "
-                               f"holds {self.runner.penalties.capacity} at once")
+            raise SpecRagError(
+                f"{sum(p.penalized for p in params)} penalised prompts in one request; the engine "
+                f"holds {self.runner.penalties.capacity} at once"
+            )
         prefix = [int(t) for t in prefix]
         suffixes = [[int(t) for t in s] for s in suffixes]
         for s in suffixes:
             self.state.check_prompt(prefix + s, max_new_tokens)
-        return Request("generate", prefix, suffixes, params, max_new_tokens, stop_fn, on_token,
-                       speculation=speculation)
+        return Request("generate", prefix, suffixes, params, max_new_tokens, stop_fn, on_token, speculation=speculation)
 
-    def submit_phases(self, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], phases: Sequence[Phase],
-                      between: BetweenFn | None = None,
-                      sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
-                      max_forced_tokens: int = 32, timeout: float | None = None,
-                      speculation: Speculation | None = None) -> Request:
+    def submit_phases(
+        self,
+        prefix: Sequence[int],
+        suffixes: Sequence[Sequence[int]],
+        phases: Sequence[Phase],
+        between: BetweenFn | None = None,
+        sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+        max_forced_tokens: int = 32,
+        timeout: float | None = None,
+        speculation: Speculation | None = None,
+    ) -> Request:
         """Queue ``Generator.generate_phases`` work: each branch keeps its K/V from one phase to the next.
 
         When a branch ends a phase, ``between(phase, branch, result)`` (called on the engine thread) gives how
@@ -194,8 +227,9 @@ class Engine:
         if not tree.tokens or len(tree.rows) != len(tree.targets):
             raise SpecRagError("a scored tree needs tokens and one target per row")
         if max(tree.positions) >= self.runner.max_seq_len:
-            raise SpecRagError(f"the tree needs positions up to {max(tree.positions)}; the context is "
-                               f"{self.runner.max_seq_len} tokens")
+            raise SpecRagError(
+                f"the tree needs positions up to {max(tree.positions)}; the context is {self.runner.max_seq_len} tokens"
+            )
         return self._enqueue(Request("score", prefix, tree=tree), timeout)
 
     def _enqueue(self, req: Request, timeout: float | None) -> Request:
@@ -225,15 +259,18 @@ class Engine:
             window = now - st.recent[0][0] if st.recent else 0.0
             alloc = self.runner.allocator
             return {
-                "pages_free": alloc.num_free, "pages_cached": self.cache.num_cached_only,
-                "pages_total": alloc.num_usable, "queue_depth": len(st.queue),
+                "pages_free": alloc.num_free,
+                "pages_cached": self.cache.num_cached_only,
+                "pages_total": alloc.num_usable,
+                "queue_depth": len(st.queue),
                 "running_requests": len(st.running),
-                "running_seqs": sum(s.finish is None and s.sampling is not None
-                                    for r in st.running for s in r.seqs),
-                "prefix_hit_rate": self.cache.hit_rate, "prefix_hit_tokens": self.cache.hit_tokens,
+                "running_seqs": sum(s.finish is None and s.sampling is not None for r in st.running for s in r.seqs),
+                "prefix_hit_rate": self.cache.hit_rate,
+                "prefix_hit_tokens": self.cache.hit_tokens,
                 "prefix_lookup_tokens": self.cache.lookup_tokens,
                 "tokens_per_s": sum(n for _, n in st.recent) / max(window, 1.0) if st.recent else 0.0,
-                "prefill_chunk": self.backpressure.chunk, **dict(self.counters),
+                "prefill_chunk": self.backpressure.chunk,
+                **dict(self.counters),
             }
 
     def reset_prefix_cache(self) -> int:

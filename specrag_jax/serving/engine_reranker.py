@@ -32,13 +32,21 @@ from specrag_jax.serving.requests import Request, RequestTimeout, Tree
 class EngineReranker:
     """``Scorer`` over an engine (see the module docstring); ``bind(ctx)`` gives one request's view."""
 
-    def __init__(self, model: TextModel, engine: Engine, *, max_doc_tokens: int = 160, prompt_form: str = "auto",
-                 ctx: RequestContext | None = None) -> None:
+    def __init__(
+        self,
+        model: TextModel,
+        engine: Engine,
+        *,
+        max_doc_tokens: int = 160,
+        prompt_form: str = "auto",
+        ctx: RequestContext | None = None,
+    ) -> None:
         if engine.runner is not model.runner:
             raise SpecRagError(f"the reranker's engine {engine.name!r} does not serve model {model.name!r}")
         self.model, self.engine, self.ctx = model, engine, ctx
-        self.prompt = JudgePrompt.for_tokenizer(model.tokenizer, chat=use_chat(prompt_form, model.instruct),
-                                                max_doc_tokens=max_doc_tokens)
+        self.prompt = JudgePrompt.for_tokenizer(
+            model.tokenizer, chat=use_chat(prompt_form, model.instruct), max_doc_tokens=max_doc_tokens
+        )
         self._targets = self.prompt.targets
         self.pairs = 0
 
@@ -57,11 +65,14 @@ class EngineReranker:
         limit = self.engine.runner.max_seq_len
         longest = max(len(p) for p in prefixes) + len(q)
         if longest > limit:
-            raise SpecRagError(f"a judging prompt of {longest} tokens exceeds the reranker's {limit} positions; "
-                               f"lower max_doc_tokens")
+            raise SpecRagError(
+                f"a judging prompt of {longest} tokens exceeds the reranker's {limit} positions; lower max_doc_tokens"
+            )
         rows = [len(q) - 1] * len(self._targets)
-        trees = [Tree(list(q), [-1] + list(range(len(q) - 1)), [len(p) + i for i in range(len(q))], rows,
-                      self._targets) for p in prefixes]
+        trees = [
+            Tree(list(q), [-1] + list(range(len(q) - 1)), [len(p) + i for i in range(len(q))], rows, self._targets)
+            for p in prefixes
+        ]
         scores = self.prompt.scores(np.stack(self._run(prefixes, trees)))
         self.pairs += len(prefixes)
         return scores

@@ -49,16 +49,22 @@ class EngineView(Protocol):
 class EngineState:
     """One model's pages, requests and counters, and how a step's results reach the requests."""
 
-    def __init__(self, runner: ModelRunner, eos_ids: Sequence[int] = (), *, name: str = "model",
-                 config: SchedulerConfig | None = None, prefix_cache: bool = True,
-                 on_stage: StageFn | None = None) -> None:
+    def __init__(
+        self,
+        runner: ModelRunner,
+        eos_ids: Sequence[int] = (),
+        *,
+        name: str = "model",
+        config: SchedulerConfig | None = None,
+        prefix_cache: bool = True,
+        on_stage: StageFn | None = None,
+    ) -> None:
         self.runner, self.name = runner, name
         self.config = config or SchedulerConfig()
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         self.cache = PrefixCache(runner.allocator, runner.page_size, enabled=prefix_cache)
         runner.penalties.reserve(self.config.max_running)  # before warm-up: the slot count is a step shape
-        self.admitter = Admitter(runner.allocator, self.cache, runner.page_size, runner.max_seq_len,
-                                 runner.penalties)
+        self.admitter = Admitter(runner.allocator, self.cache, runner.page_size, runner.max_seq_len, runner.penalties)
         self.backpressure = Backpressure(self.config)
         self.on_stage = on_stage  # told the seconds of every stage (queue wait, steps, request)
         self.lock = threading.Lock()  # held while the loop mutates pages / requests
@@ -121,10 +127,17 @@ class EngineState:
     def result_of(s: Seq) -> GenerationResult:
         """The result of a sequence's current (just finished) phase."""
         start = s.req.admitted_at if not s.phase_results else s.phase_started_at
-        return GenerationResult(list(s.out), list(s.logprobs), s.finish or "length", len(s.prompt),
-                                s.prefill_done_at - start, s.finished_at - s.prefill_done_at,
-                                shared_prefix_tokens=s.req.shared_len, speculation=s.spec_stats,
-                                top_logprobs=list(s.top_logprobs) if s.sampling.top_logprobs else None)
+        return GenerationResult(
+            list(s.out),
+            list(s.logprobs),
+            s.finish or "length",
+            len(s.prompt),
+            s.prefill_done_at - start,
+            s.finished_at - s.prefill_done_at,
+            shared_prefix_tokens=s.req.shared_len,
+            speculation=s.spec_stats,
+            top_logprobs=list(s.top_logprobs) if s.sampling.top_logprobs else None,
+        )
 
     def complete_score(self, req: Request, logprobs: np.ndarray) -> None:
         self.stage("request", time.perf_counter() - req.submitted_at)

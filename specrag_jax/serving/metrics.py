@@ -19,8 +19,11 @@ _GAUGES = [
     ("queue_depth", "Requests waiting for admission", "queue_depth"),
     ("running_requests", "Requests admitted and running", "running_requests"),
     ("running_sequences", "Sequences being generated", "running_seqs"),
-    ("prefix_cache_hit_rate", "Prompt tokens served from the prefix cache / prompt tokens looked up",
-     "prefix_hit_rate"),
+    (
+        "prefix_cache_hit_rate",
+        "Prompt tokens served from the prefix cache / prompt tokens looked up",
+        "prefix_hit_rate",
+    ),
     ("prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache (prefill saved)", "prefix_hit_tokens"),
     ("tokens_per_second", "Generated tokens per second (last 10 s)", "tokens_per_s"),
     ("prefill_chunk_tokens", "Current prefill chunk size (backpressure)", "prefill_chunk"),
@@ -52,12 +55,26 @@ class Metrics:
     def __init__(self, engines: Callable[[], dict[str, Engine]]) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_EngineCollector(engines))
-        self.stage = Histogram("specrag_stage_seconds", "Per-stage latency (RAG stages and engine stages)",
-                               ["stage"], buckets=_BUCKETS, registry=self.registry)
-        self.engine_stage = Histogram("specrag_engine_stage_seconds", "Engine stage latency (queue, steps, request)",
-                                      ["engine", "stage"], buckets=_BUCKETS, registry=self.registry)
-        self.requests = Counter("specrag_http_requests", "HTTP requests by endpoint and status",
-                                ["endpoint", "status"], registry=self.registry)
+        self.stage = Histogram(
+            "specrag_stage_seconds",
+            "Per-stage latency (RAG stages and engine stages)",
+            ["stage"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.engine_stage = Histogram(
+            "specrag_engine_stage_seconds",
+            "Engine stage latency (queue, steps, request)",
+            ["engine", "stage"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "specrag_http_requests",
+            "HTTP requests by endpoint and status",
+            ["endpoint", "status"],
+            registry=self.registry,
+        )
 
     def on_engine_stage(self, engine: str, stage: str, seconds: float) -> None:
         self.engine_stage.labels(engine, stage).observe(seconds)

@@ -22,7 +22,6 @@ from specrag_jax.serving.service import Service
 from specrag_jax.serving.sse import abandon, until_done_or_gone
 
 
-
 def chat_prompt(model: TextModel, messages: list[dict]) -> list[int]:
     """Token ids of a conversation in the model's chat template (a plain transcript when it has none)."""
     tok = model.tokenizer
@@ -51,8 +50,16 @@ def sampling_of(body: SamplingRequest) -> list[SamplingParams]:
     """One ``SamplingParams`` per choice (``n``); no ``seed``: a random one (the same seed gives the same
     output)."""
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
-    base = SamplingParams(body.temperature, body.top_k, body.top_p, seed, body.presence_penalty,
-                          body.frequency_penalty, body.repetition_penalty, body.top_n())
+    base = SamplingParams(
+        body.temperature,
+        body.top_k,
+        body.top_p,
+        seed,
+        body.presence_penalty,
+        body.frequency_penalty,
+        body.repetition_penalty,
+        body.top_n(),
+    )
     return [dataclasses.replace(base, seed=branch_seed(seed, j)) for j in range(body.n)]
 
 
@@ -65,8 +72,13 @@ class OpenAIHandlers:
         """``GET /v1/models``: every name the ``model`` field takes (``Service.model``): ``default``, the roles
         and the served models' names."""
         names = ["default", *self.service.models, *(m.name for m in self.service.models.values())]
-        return {"object": "list", "data": [{"id": n, "object": "model", "created": self.created,
-                                            "owned_by": "specrag-jax"} for n in dict.fromkeys(names)]}
+        return {
+            "object": "list",
+            "data": [
+                {"id": n, "object": "model", "created": self.created, "owned_by": "specrag-jax"}
+                for n in dict.fromkeys(names)
+            ],
+        }
 
     def model(self, model_id: str) -> dict:
         """``GET /v1/models/{id}``; 404 for a name the server does not serve."""
@@ -95,11 +107,18 @@ class OpenAIHandlers:
                 raise SpecRagError("stream supports one prompt")
             loop = asyncio.get_running_loop()
             queue: asyncio.Queue = asyncio.Queue()
-            req = engine.submit_generate(prompts[0], [[]] * n, sampling, limit, **work,
-                                         on_token=lambda b, t: loop.call_soon_threadsafe(queue.put_nowait, (b, t)))
+            req = engine.submit_generate(
+                prompts[0],
+                [[]] * n,
+                sampling,
+                limit,
+                **work,
+                on_token=lambda b, t: loop.call_soon_threadsafe(queue.put_nowait, (b, t)),
+            )
             spec = StreamSpec(model, stops, rid, created, chat, body.include_usage(), body.wants_logprobs())
-            return StreamingResponse(stream_chunks(req, queue, spec), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(
+                stream_chunks(req, queue, spec), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            )
         reqs = []
         try:
             for p in prompts:
@@ -110,8 +129,9 @@ class OpenAIHandlers:
             raise
         futs = [asyncio.wrap_future(r.future) for r in reqs]
         try:
-            groups = await asyncio.wait_for(until_done_or_gone(http, asyncio.gather(*futs),
-                                                               lambda: [r.cancel() for r in reqs]), timeout + 5)
+            groups = await asyncio.wait_for(
+                until_done_or_gone(http, asyncio.gather(*futs), lambda: [r.cancel() for r in reqs]), timeout + 5
+            )
         except asyncio.TimeoutError:
             raise RequestTimeout("request timed out") from None
         finally:
@@ -121,6 +141,13 @@ class OpenAIHandlers:
                 abandon(f)
         results = [r for group in groups for r in group]  # choice i * n + j: prompt i, its choice j
         choices = [choice(model, r, i, stops, chat, body.wants_logprobs()) for i, r in enumerate(results)]
-        return JSONResponse({"id": rid, "object": "chat.completion" if chat else "text_completion",
-                             "created": created, "model": model.name, "choices": choices,
-                             "usage": usage(results, n)})
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": created,
+                "model": model.name,
+                "choices": choices,
+                "usage": usage(results, n),
+            }
+        )

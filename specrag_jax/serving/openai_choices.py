@@ -33,16 +33,21 @@ def usage(results: Sequence[GenerationResult], n: int = 1) -> dict:
     return out
 
 
-def logprobs_of(decode: Decode, chat: bool, ids: Sequence[int], logprobs: Sequence[float],
-                tops: Sequence[TopLogprobs] | None, offset: int = 0) -> dict:
+def logprobs_of(
+    decode: Decode,
+    chat: bool,
+    ids: Sequence[int],
+    logprobs: Sequence[float],
+    tops: Sequence[TopLogprobs] | None,
+    offset: int = 0,
+) -> dict:
     """The ``logprobs`` object of a chat or completion choice (or chunk) holding these tokens."""
     if chat:
         return chat_logprobs(decode, ids, logprobs, tops)
     return completion_logprobs(decode, ids, logprobs, tops, offset)
 
 
-def choice(model: TextModel, r: GenerationResult, index: int, stops: Sequence[str], chat: bool,
-           logprobs: bool) -> dict:
+def choice(model: TextModel, r: GenerationResult, index: int, stops: Sequence[str], chat: bool, logprobs: bool) -> dict:
     """One non-streamed choice; with ``logprobs`` those of the tokens that make its (possibly cut) text."""
     decode = model.tokenizer.decode
     text, stopped = cut(decode(r.token_ids), stops)

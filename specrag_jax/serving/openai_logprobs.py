@@ -20,8 +20,9 @@ def _entry(decode: Decode, token: int, logprob: float) -> dict:
     return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
 
-def chat_logprobs(decode: Decode, ids: Sequence[int], logprobs: Sequence[float],
-                  tops: Sequence[TopLogprobs] | None) -> dict:
+def chat_logprobs(
+    decode: Decode, ids: Sequence[int], logprobs: Sequence[float], tops: Sequence[TopLogprobs] | None
+) -> dict:
     """A chat choice's (or chunk's) ``logprobs``: ``{"content": [...], "refusal": None}``."""
     content = []
     for k, (tok, lp) in enumerate(zip(ids, logprobs)):
@@ -30,8 +31,9 @@ def chat_logprobs(decode: Decode, ids: Sequence[int], logprobs: Sequence[float],
     return {"content": content, "refusal": None}
 
 
-def completion_logprobs(decode: Decode, ids: Sequence[int], logprobs: Sequence[float],
-                        tops: Sequence[TopLogprobs] | None, offset: int = 0) -> dict:
+def completion_logprobs(
+    decode: Decode, ids: Sequence[int], logprobs: Sequence[float], tops: Sequence[TopLogprobs] | None, offset: int = 0
+) -> dict:
     """A completion choice's (or chunk's) ``logprobs``: tokens, token_logprobs, top_logprobs, text_offset
     (``offset``: characters of the choice's text before these tokens)."""
     tokens = [decode([t]) for t in ids]

@@ -44,8 +44,12 @@ async def stream_chunks(req: Request, queue: asyncio.Queue, spec: StreamSpec) ->
     """The chunks of ``req`` (one prompt, a branch per choice); ``queue`` receives ``(branch, token)``."""
     chat, decode = spec.chat, spec.model.tokenizer.decode
     hold = max((len(s) for s in spec.stops), default=1) - 1  # text that may still turn into a stop string
-    head = {"id": spec.rid, "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": spec.created, "model": spec.model.name}
+    head = {
+        "id": spec.rid,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": spec.created,
+        "model": spec.model.name,
+    }
     if spec.include_usage:
         head["usage"] = None
     choices = [_Choice(decode) for _ in req.suffixes]
@@ -55,8 +59,9 @@ async def stream_chunks(req: Request, queue: asyncio.Queue, spec: StreamSpec) ->
         logp = None
         if spec.logprobs and upto > ch.sent_tokens:
             k0, ch.sent_tokens = ch.sent_tokens, upto
-            logp = logprobs_of(decode, chat, ids[k0:upto], lps[k0:upto], tops[k0:upto] if tops else None,
-                               offset=len(ch.sent))
+            logp = logprobs_of(
+                decode, chat, ids[k0:upto], lps[k0:upto], tops[k0:upto] if tops else None, offset=len(ch.sent)
+            )
         ch.sent += delta or ""
         if chat:
             c = {"index": b, "delta": {} if delta is None else {"content": delta}, "finish_reason": finish}
@@ -78,8 +83,14 @@ async def stream_chunks(req: Request, queue: asyncio.Queue, spec: StreamSpec) ->
             ready = text if stopped else text[: max(len(text) - hold, len(ch.sent))]
             if len(ready) > len(ch.sent):
                 seq = next(s for s in req.seqs if s.branch == b)
-                yield chunk(b, ready[len(ch.sent):], upto=len(ch.detok.ids), ids=ch.detok.ids, lps=seq.logprobs,
-                            tops=seq.top_logprobs)
+                yield chunk(
+                    b,
+                    ready[len(ch.sent) :],
+                    upto=len(ch.detok.ids),
+                    ids=ch.detok.ids,
+                    lps=seq.logprobs,
+                    tops=seq.top_logprobs,
+                )
         try:
             results = await fut
         except Exception as exc:  # timeout / cancellation mid-stream: tell the client, end the stream
@@ -88,7 +99,7 @@ async def stream_chunks(req: Request, queue: asyncio.Queue, spec: StreamSpec) ->
         for b, r in enumerate(results):
             text, stopped = cut(decode(r.token_ids), spec.stops)
             upto = tokens_for_text(decode, r.token_ids, text) if stopped else len(r.token_ids)
-            rest = text[len(choices[b].sent):] if len(text) > len(choices[b].sent) else None
+            rest = text[len(choices[b].sent) :] if len(text) > len(choices[b].sent) else None
             parts = dict(upto=upto, ids=r.token_ids, lps=r.logprobs, tops=r.top_logprobs)
             if rest is not None:
                 yield chunk(b, rest, **parts)

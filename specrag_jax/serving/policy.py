@@ -37,10 +37,22 @@ class SchedulerConfig:
     score_step_seqs: int = 8  # sequences (trees + prefix chunks) in a scoring step: its one sequence bucket
 
     def __post_init__(self) -> None:
-        if min(self.token_budget, self.min_prefill_chunk, self.max_running, self.max_queue, self.min_step_seqs,
-               self.min_step_tokens, self.score_step_seqs) < 1:
-            raise SpecRagError("token_budget, min_prefill_chunk, max_running, max_queue, min_step_seqs, "
-                               "min_step_tokens and score_step_seqs must be >= 1")
+        if (
+            min(
+                self.token_budget,
+                self.min_prefill_chunk,
+                self.max_running,
+                self.max_queue,
+                self.min_step_seqs,
+                self.min_step_tokens,
+                self.score_step_seqs,
+            )
+            < 1
+        ):
+            raise SpecRagError(
+                "token_budget, min_prefill_chunk, max_running, max_queue, min_step_seqs, "
+                "min_step_tokens and score_step_seqs must be >= 1"
+            )
         self.score_step_seqs = bucket(self.score_step_seqs)
         self.token_budget = bucket(self.token_budget)
         self.min_prefill_chunk = min(bucket(self.min_prefill_chunk), self.token_budget)

@@ -64,7 +64,7 @@ class PrefixCache:
         ps, node, pages = self.page_size, self._root, []
         now = next(self._clock)
         for i in range(min(max_pages, len(tokens) // ps)):
-            child = node.children.get(tuple(int(t) for t in tokens[i * ps: (i + 1) * ps]))
+            child = node.children.get(tuple(int(t) for t in tokens[i * ps : (i + 1) * ps]))
             if child is None:
                 break
             child.last_used = now
@@ -84,7 +84,7 @@ class PrefixCache:
         ps, node, added = self.page_size, self._root, 0
         now = next(self._clock)
         for i in range(min(len(tokens) // ps, len(pages))):
-            key = tuple(int(t) for t in tokens[i * ps: (i + 1) * ps])
+            key = tuple(int(t) for t in tokens[i * ps : (i + 1) * ps])
             child = node.children.get(key)
             if child is None:
                 page = int(pages[i])

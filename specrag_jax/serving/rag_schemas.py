@@ -31,29 +31,45 @@ class RagRequest(StrictModel):
 
     question: str = Field(min_length=1, max_length=10_000, description="the question to answer")
     documents: list[Union[str, Document]] | None = Field(
-        None, max_length=64, description="passages; without them the server's corpus is searched")
+        None, max_length=64, description="passages; without them the server's corpus is searched"
+    )
     method: Literal[METHODS] = Field(  # type: ignore[valid-type]
-        "speculative", description="speculative (drafts + verifier, the default) | standard | closed_book | "
-                                   "drafter_only | random_draft | lossless")
+        "speculative",
+        description="speculative (drafts + verifier, the default) | standard | closed_book | "
+        "drafter_only | random_draft | lossless",
+    )
     m: int | None = Field(None, ge=1, le=16, description="number of drafts")
     k: int | None = Field(None, ge=1, le=16, description="number of clusters")
     rerank: Literal[RERANK_MODES] | None = Field(  # type: ignore[valid-type]
-        None, description="none | kv | recompute (default: the server's)")
+        None, description="none | kv | recompute (default: the server's)"
+    )
     reranker: str | None = Field(None, max_length=200, description="the server's reranker model (name or role)")
     n_coarse: int | None = Field(None, ge=1, le=1000, description="coarse candidates reranked (corpus search)")
     rerank_group: int | None = Field(None, ge=1, le=100, description="candidates per fine-reranker group")
     rerank_patience: int | None = Field(None, ge=1, le=1000, description="stable groups before reranking stops")
     progressive_prefill: int | None = Field(None, ge=0, le=1000, description="stable groups before prefilling")
     selection: Literal[SELECTIONS] | None = Field(  # type: ignore[valid-type]
-        None, description="rho | evidence | rho+agg | evidence+agg (default: the server's)")
-    tau_min: float | None = Field(None, ge=0.0, le=1.0, description="the cascade's confidence floor (0: never falls "
-                                                                    "back; default: the server's)")
+        None, description="rho | evidence | rho+agg | evidence+agg (default: the server's)"
+    )
+    tau_min: float | None = Field(
+        None, ge=0.0, le=1.0, description="the cascade's confidence floor (0: never falls back; default: the server's)"
+    )
     stream: bool = Field(False, description="send server-sent events: stage events, then the result event")
 
     def rag_options(self) -> dict:
         """The RAGConfig fields this request overrides (None: the server's default)."""
-        names = ("m", "k", "rerank", "reranker", "n_coarse", "rerank_group", "rerank_patience", "progressive_prefill",
-                 "selection", "tau_min")
+        names = (
+            "m",
+            "k",
+            "rerank",
+            "reranker",
+            "n_coarse",
+            "rerank_group",
+            "rerank_patience",
+            "progressive_prefill",
+            "selection",
+            "tau_min",
+        )
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
 
@@ -86,8 +102,10 @@ class RagResponse(BaseModel):
     model_config = ConfigDict(extra="forbid")
     answer: str = Field(description="the answer (`unanswerable` from the unanswerable fallback)")
     rationale: str = Field(description="the chosen draft's rationale; empty when the verifier answered itself")
-    citations: list[str] = Field(description="ids of the documents behind the answer: the chosen draft's subset, "
-                                             "or every document the verifier read")
+    citations: list[str] = Field(
+        description="ids of the documents behind the answer: the chosen draft's subset, "
+        "or every document the verifier read"
+    )
     drafts: list[RagDraft] = Field(description="every draft with its scores (none for standard and closed_book)")
     trace: RagTrace = Field(description="per-stage timings, token counts and decisions")
     method: Literal[METHODS] = Field(description="the method that answered")  # type: ignore[valid-type]
@@ -98,8 +116,10 @@ class ErrorDetail(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     message: str = Field(description="one line naming the problem (the field, for a bad request)")
-    type: str = Field(description="invalid_request_error | request_too_large | rate_limit_error | timeout | "
-                                  "unavailable | cancelled | server_error")
+    type: str = Field(
+        description="invalid_request_error | request_too_large | rate_limit_error | timeout | "
+        "unavailable | cancelled | server_error"
+    )
 
 
 class ErrorResponse(BaseModel):

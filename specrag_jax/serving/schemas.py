@@ -34,16 +34,25 @@ class SamplingRequest(StrictModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy (the default here)")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0, le=100000)
-    seed: int | None = Field(None, ge=0, le=2**31 - 1, description="the same seed, the same output (with the same "
-                                                                  "settings); none: a random one")
+    seed: int | None = Field(
+        None,
+        ge=0,
+        le=2**31 - 1,
+        description="the same seed, the same output (with the same settings); none: a random one",
+    )
     stop: str | list[str] | None = Field(None, description="up to 4 stop strings")
     stream: bool = False
     stream_options: StreamOptions | None = Field(None, description="only with stream: true")
     n: int = Field(1, ge=1, le=MAX_N, description="choices per prompt (they share the prompt's K/V pages)")
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="minus f x count of each generated token")
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="minus p for each token generated so far")
-    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="divides the positive (multiplies the "
-                                      "negative) logits of prompt and generated tokens (vLLM's extension)")
+    repetition_penalty: float = Field(
+        1.0,
+        gt=0.0,
+        le=10.0,
+        description="divides the positive (multiplies the "
+        "negative) logits of prompt and generated tokens (vLLM's extension)",
+    )
     logit_bias: dict[str, float] | None = Field(None, description="only {} (not supported yet)")
     user: str | None = Field(None, max_length=200, description="accepted, ignored")
 
@@ -88,7 +97,8 @@ class ContentPart(BaseModel):
 class ChatMessage(StrictModel):
     role: Literal["system", "developer", "user", "assistant"] = Field(description="developer = system")
     content: Union[Annotated[str, Field(max_length=200_000)], Annotated[list[ContentPart], Field(max_length=64)]] = (
-        Field(description="a string, or a list of text parts (joined by newlines)"))
+        Field(description="a string, or a list of text parts (joined by newlines)")
+    )
     name: str | None = Field(None, max_length=200, description="accepted, ignored")
 
     @field_validator("content", mode="before")
@@ -99,8 +109,11 @@ class ChatMessage(StrictModel):
             if not isinstance(kind, str):
                 raise PydanticCustomError("invalid", "each content part needs a 'type'")
             if kind != "text":
-                raise PydanticCustomError("unsupported", "content part type {kind} is unsupported (only 'text' parts)",
-                                          {"kind": repr(kind)[:100]})
+                raise PydanticCustomError(
+                    "unsupported",
+                    "content part type {kind} is unsupported (only 'text' parts)",
+                    {"kind": repr(kind)[:100]},
+                )
             if not isinstance(part.get("text"), str):
                 raise PydanticCustomError("invalid", "a 'text' content part needs a string 'text'")
         return content
@@ -132,8 +145,10 @@ class ChatCompletionRequest(SamplingRequest):
     def problems(self) -> Iterator[str]:
         yield from super().problems()
         if self.max_tokens and self.max_completion_tokens and self.max_tokens != self.max_completion_tokens:
-            yield (f"max_tokens ({self.max_tokens}) and max_completion_tokens ({self.max_completion_tokens}) "
-                   "differ; give one of them")
+            yield (
+                f"max_tokens ({self.max_tokens}) and max_completion_tokens ({self.max_completion_tokens}) "
+                "differ; give one of them"
+            )
         kind = (self.response_format or {"type": "text"}).get("type")
         if kind != "text":
             yield f"response_format type {str(kind)[:50]!r} is unsupported (only 'text')"
@@ -171,8 +186,11 @@ class CompletionRequest(SamplingRequest):
 
     def problems(self) -> Iterator[str]:
         yield from super().problems()
-        for name, given in (("echo", self.echo), ("best_of", self.best_of not in (None, 1)),
-                            ("suffix", bool(self.suffix))):
+        for name, given in (
+            ("echo", self.echo),
+            ("best_of", self.best_of not in (None, 1)),
+            ("suffix", bool(self.suffix)),
+        ):
             if given:
                 yield f"{name} is not supported yet"
 

@@ -29,10 +29,19 @@ from specrag_jax.serving.engine_state import StageFn
 from specrag_jax.serving.policy import SchedulerConfig
 from specrag_jax.serving.warmup import check_map_budget, step_shapes, warmup
 
-
 SPECULATIVE = ("none", "ngram")  # proposers of /v1/completions and /v1/chat/completions (no drafts)
-RAG_OPTIONS = ("m", "k", "rerank", "reranker", "n_coarse", "rerank_group", "rerank_patience",
-               "progressive_prefill", "selection", "tau_min")  # per request
+RAG_OPTIONS = (
+    "m",
+    "k",
+    "rerank",
+    "reranker",
+    "n_coarse",
+    "rerank_group",
+    "rerank_patience",
+    "progressive_prefill",
+    "selection",
+    "tau_min",
+)  # per request
 RerankerFactory = Callable[[str], Scorer]  # a rerank mode ("kv" | "recompute") -> a reranker
 
 
@@ -62,18 +71,29 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         if self.speculative not in SPECULATIVE:
-            raise SpecRagError(f"unknown proposer {self.speculative!r} for --speculative (choose one of "
-                               f"{', '.join(SPECULATIVE)}; draft proposals serve /v1/rag's lossless method)")
+            raise SpecRagError(
+                f"unknown proposer {self.speculative!r} for --speculative (choose one of "
+                f"{', '.join(SPECULATIVE)}; draft proposals serve /v1/rag's lossless method)"
+            )
         check_budget(self.spec_budget)
 
 
 class Service:
     """Models + engines + RAG resources shared by all HTTP requests."""
 
-    def __init__(self, drafter: TextModel, verifier: TextModel, *, subsets: SubsetFn | None = None,
-                 search: SearchFn | None = None, config: ServeConfig | None = None,
-                 on_stage: StageFn | None = None, reranker: RerankerFactory | None = None,
-                 reranker_names: Sequence[str] = (), engine_reranker: bool = True) -> None:
+    def __init__(
+        self,
+        drafter: TextModel,
+        verifier: TextModel,
+        *,
+        subsets: SubsetFn | None = None,
+        search: SearchFn | None = None,
+        config: ServeConfig | None = None,
+        on_stage: StageFn | None = None,
+        reranker: RerankerFactory | None = None,
+        reranker_names: Sequence[str] = (),
+        engine_reranker: bool = True,
+    ) -> None:
         """``reranker(mode)`` builds the reranker of a mode (once per mode); ``reranker_names``: the names a
         request's ``reranker`` field may give for it (default: the configured name, or the drafter's).
         ``engine_reranker``: when the reranker is the drafter or the verifier, ``kv`` mode is served by that
@@ -86,8 +106,14 @@ class Service:
         for role, model in self.models.items():  # one engine per model (a model serving both roles: one engine)
             eng = by_runner.get(id(model.runner))
             if eng is None:
-                eng = Engine(model.runner, model.generator.eos_ids, name=role, config=self.config.scheduler,
-                             prefix_cache=self.config.prefix_cache, on_stage=on_stage)
+                eng = Engine(
+                    model.runner,
+                    model.generator.eos_ids,
+                    name=role,
+                    config=self.config.scheduler,
+                    prefix_cache=self.config.prefix_cache,
+                    on_stage=on_stage,
+                )
                 by_runner[id(model.runner)] = eng
             self.engines[role] = eng
         if self.config.speculative != "none":
@@ -128,9 +154,12 @@ class Service:
         scorer = self.engines["verifier"]
         spec = None if self.config.speculative == "none" else self.config.spec_budget
         lossless = None if spec is None else max(spec, self.config.rag.tree_budget)  # /v1/rag lossless trees too
-        shapes = {name: step_shapes(eng, level, sampled, score=id(eng) in scorers,
-                                    spec_budget=lossless if eng is scorer else spec)
-                  for name, eng in self.unique_engines.items()}
+        shapes = {
+            name: step_shapes(
+                eng, level, sampled, score=id(eng) in scorers, spec_budget=lossless if eng is scorer else spec
+            )
+            for name, eng in self.unique_engines.items()
+        }
         check_map_budget(sum(len(s) for s in shapes.values()))
         return {name: warmup(eng, shapes=shapes[name]).as_dict() for name, eng in self.unique_engines.items()}
 
@@ -179,8 +208,9 @@ class Service:
             base = self._engine_rerankers.get(tokens)
             if base is None:
                 role = self.reranker_role
-                base = self._engine_rerankers.setdefault(tokens, EngineReranker(
-                    self.models[role], self.engines[role], max_doc_tokens=tokens))
+                base = self._engine_rerankers.setdefault(
+                    tokens, EngineReranker(self.models[role], self.engines[role], max_doc_tokens=tokens)
+                )
             return base if ctx is None else base.bind(ctx)
         if self.reranker_factory is None:
             raise SpecRagError("this server has no reranker (start it with --rerank kv or --rerank recompute)")
@@ -206,8 +236,14 @@ class Service:
         cfg = dataclasses.replace(self.config.rag, **options)
         cfg.check()
         scorer = None if cfg.rerank == "none" else self.reranker(cfg.rerank, ctx, cfg.max_doc_tokens)
-        rag = SpecRAG(self.text_model("drafter", ctx), self.text_model("verifier", ctx), subsets=self.subsets,
-                      search=self.search, config=cfg, reranker=scorer)
+        rag = SpecRAG(
+            self.text_model("drafter", ctx),
+            self.text_model("verifier", ctx),
+            subsets=self.subsets,
+            search=self.search,
+            config=cfg,
+            reranker=scorer,
+        )
         return rag.answer(question, docs, method)
 
     def submit(self, fn: Callable, *args, **kwargs):

@@ -24,8 +24,15 @@ from specrag_jax.models.executor.packing import Chunk, bucket
 from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.models.speculative.decode import propose
-from specrag_jax.models.speculative.tree import (TREE_BUDGETS, TokenTree, build_tree, count_trie_nodes, fit_budget,
-                                                 pad_tree, stack_trees)
+from specrag_jax.models.speculative.tree import (
+    TREE_BUDGETS,
+    TokenTree,
+    build_tree,
+    count_trie_nodes,
+    fit_budget,
+    pad_tree,
+    stack_trees,
+)
 from specrag_jax.serving.engine_state import EngineState
 from specrag_jax.serving.policy import SchedulerConfig
 from specrag_jax.serving.requests import Request, Seq, TopLogprobs, top_of
@@ -49,8 +56,13 @@ class SpecWork:
 
     def run(self, runner: ModelRunner, cfg: SchedulerConfig):
         step = runner.pack(self.chunks, token_bucket=self.width * self.budget, min_seqs=self.width)
-        return runner.speculate(step, stack_trees(self.trees), SamplingBatch.of(
-            [s.sampling for s in self.seqs], [len(s.out) for s in self.seqs], [s.penalty_slot for s in self.seqs]))
+        return runner.speculate(
+            step,
+            stack_trees(self.trees),
+            SamplingBatch.of(
+                [s.sampling for s in self.seqs], [len(s.out) for s in self.seqs], [s.penalty_slot for s in self.seqs]
+            ),
+        )
 
 
 class SpecPlanner:
@@ -67,8 +79,12 @@ class SpecPlanner:
         if hit is not None and hit[0] == key:
             return hit[1]
         limit, _ = s.req.phase_limit(s)
-        props = propose(s.req.speculation.proposer_for(s.branch), s.prompt + s.out, limit - len(s.out) - 1,
-                        self.state.runner.cfg.vocab_size)
+        props = propose(
+            s.req.speculation.proposer_for(s.branch),
+            s.prompt + s.out,
+            limit - len(s.out) - 1,
+            self.state.runner.cfg.vocab_size,
+        )
         self._cache[s] = (key, props)
         return props
 
@@ -116,8 +132,9 @@ class SpecPlanner:
         vocab = eng.runner.cfg.vocab_size
         for (s, props, kv_len, _), b in zip(ready, wanted):
             tree = pad_tree(build_tree(props, s.out[-1], min(b, budget), vocab_size=vocab), budget)
-            work.chunks.append(Chunk(s.pages, kv_len, tree.tokens, parents=tree.parents,
-                                     positions=tree.positions(kv_len)))
+            work.chunks.append(
+                Chunk(s.pages, kv_len, tree.tokens, parents=tree.parents, positions=tree.positions(kv_len))
+            )
             work.seqs.append(s)
             work.trees.append(tree)
             work.requests.append(s.req)
@@ -141,8 +158,13 @@ class SpecPlanner:
             try:
                 for k in range(n + 1):
                     out += 1
-                    accept(s, int(tokens[row, k]), float(logprobs[row, k]), now,
-                           top_of(top_ids[row, k], top_lps[row, k], s.sampling.top_logprobs))
+                    accept(
+                        s,
+                        int(tokens[row, k]),
+                        float(logprobs[row, k]),
+                        now,
+                        top_of(top_ids[row, k], top_lps[row, k], s.sampling.top_logprobs),
+                    )
                     if s.finish is not None or s.phase != phase:
                         break  # tokens after a stop are dropped
             except Exception as exc:  # a failed phase transition fails its own request, not the step

@@ -39,18 +39,29 @@ class Work:
     def run(self, runner: ModelRunner, cfg: SchedulerConfig):
         decode = all(len(c.tokens) == 1 and c.parents is None for c in self.chunks)
         total = sum(len(c.tokens) for c in self.chunks)
-        min_seqs, min_tokens = (cfg.min_step_seqs if self.kind == "sample" else cfg.score_step_seqs), cfg.min_step_tokens
+        min_seqs, min_tokens = (
+            (cfg.min_step_seqs if self.kind == "sample" else cfg.score_step_seqs),
+            cfg.min_step_tokens,
+        )
         # Bucket floors keep the number of distinct step shapes (each one an XLA compilation) small; a sampling
         # step pads its rows to its sequence bucket, so its shape is (tokens, sequences, pages) only.
         # A decode step's token count is its sequence bucket (no padded tokens: each one gathers its KV pages).
         seqs = bucket(len(self.chunks), min_seqs)
-        step = runner.pack(self.chunks, token_bucket=seqs if decode else bucket(total, min_tokens),
-                           min_seqs=seqs if self.kind == "sample" else min_seqs)
+        step = runner.pack(
+            self.chunks,
+            token_bucket=seqs if decode else bucket(total, min_tokens),
+            min_seqs=seqs if self.kind == "sample" else min_seqs,
+        )
         if self.kind == "score":
             return runner.score(step, self.targets)
-        return runner.sample(step, SamplingBatch.of([s.sampling for s in self.row_seqs],
-                                                    [len(s.out) for s in self.row_seqs],
-                                                    [s.penalty_slot for s in self.row_seqs]))
+        return runner.sample(
+            step,
+            SamplingBatch.of(
+                [s.sampling for s in self.row_seqs],
+                [len(s.out) for s in self.row_seqs],
+                [s.penalty_slot for s in self.row_seqs],
+            ),
+        )
 
 
 KINDS = ("sample", "speculate", "score")  # the turn order of the step kinds
@@ -72,12 +83,14 @@ class StepBuilder:
         """The next step's work, or None when nothing is ready."""
         eng = self.state
         spec = self.spec.plan([s for s in self._seqs() if s.decoding])  # may fail requests whose proposer raised
-        trees = [r for r in eng.running if r.kind == "score" and r.prefix_seq is not None
-                 and not r.prefix_seq.prefilling and r.prefix_seq.pages]
+        trees = [
+            r
+            for r in eng.running
+            if r.kind == "score" and r.prefix_seq is not None and not r.prefix_seq.prefilling and r.prefix_seq.pages
+        ]
         seqs = self._seqs()
         skip = set(spec.seqs) if spec is not None else set()
-        sampling_work = any((s.decoding and s not in skip) or (s.prefilling and s.sampling is not None)
-                            for s in seqs)
+        sampling_work = any((s.decoding and s not in skip) or (s.prefilling and s.sampling is not None) for s in seqs)
         prefix_work = any(s.prefilling and s.sampling is None for s in seqs)
         ready = {"sample": sampling_work or prefix_work, "speculate": spec is not None, "score": bool(trees)}
         start = KINDS.index(self.last_kind) + 1
@@ -96,8 +109,9 @@ class StepBuilder:
         self.t_start = time.perf_counter()
         return work
 
-    def _prefill_chunks(self, seqs: list[Seq], budget: int, with_rows: bool, work: Work,
-                        max_chunks: int | None = None) -> None:
+    def _prefill_chunks(
+        self, seqs: list[Seq], budget: int, with_rows: bool, work: Work, max_chunks: int | None = None
+    ) -> None:
         for s in seqs:
             if budget <= 0 or (max_chunks is not None and len(work.chunks) >= max_chunks):
                 break
@@ -106,8 +120,9 @@ class StepBuilder:
             n = min(len(s.prompt) - s.prefilled, budget)
             last = s.prefilled + n == len(s.prompt)
             want = last and s.sampling is not None
-            work.chunks.append(Chunk(s.pages, s.prefilled, s.prompt[s.prefilled: s.prefilled + n],
-                                     rows=[n - 1] if want else []))
+            work.chunks.append(
+                Chunk(s.pages, s.prefilled, s.prompt[s.prefilled : s.prefilled + n], rows=[n - 1] if want else [])
+            )
             if want:
                 work.row_seqs.append(s)
             work.prefills.append((s, n))
@@ -137,8 +152,11 @@ class StepBuilder:
             if work.trees and (used + len(t.tokens) > cfg.token_budget or len(work.chunks) >= cfg.score_step_seqs):
                 break
             p = r.prefix_seq
-            work.chunks.append(Chunk(p.pages, len(p.prompt), t.tokens, parents=t.parents, positions=t.positions,
-                                     write=False, rows=t.rows))
+            work.chunks.append(
+                Chunk(
+                    p.pages, len(p.prompt), t.tokens, parents=t.parents, positions=t.positions, write=False, rows=t.rows
+                )
+            )
             work.targets.extend(t.targets)
             work.trees.append(r)
             work.requests.append(r)
@@ -168,7 +186,7 @@ class StepBuilder:
             offset = 0
             for r in work.trees:
                 n = len(r.tree.rows)
-                eng.complete_score(r, np.asarray(outcome[offset: offset + n], np.float32))
+                eng.complete_score(r, np.asarray(outcome[offset : offset + n], np.float32))
                 offset += n
             return
         eng.record_tokens(len(work.row_seqs))
@@ -180,8 +198,13 @@ class StepBuilder:
             if s.spec_stats is not None and s.out:  # a plain decode step of a speculating sequence
                 s.spec_stats.record(0, 0, 1)
             try:
-                self._accept(s, int(tok), float(lp), now, top_of(outcome.top_ids[row], outcome.top_logprobs[row],
-                                                                  s.sampling.top_logprobs))
+                self._accept(
+                    s,
+                    int(tok),
+                    float(lp),
+                    now,
+                    top_of(outcome.top_ids[row], outcome.top_logprobs[row], s.sampling.top_logprobs),
+                )
             except Exception as exc:  # a failed phase transition fails its own request, not the step
                 eng.fail(s.req, exc)
                 continue
@@ -224,8 +247,10 @@ class StepBuilder:
         grown = len(prompt) - len(req.prefix) - len(req.suffixes[s.branch])
         budget = sum(ph.max_new_tokens for ph in req.phases[: s.phase + 1]) + req.max_forced_tokens
         if grown > budget:
-            raise PhaseError(f"phase {s.phase} of branch {s.branch} grows its prompt by {grown} tokens; the request "
-                             f"reserved {req.max_forced_tokens} forced tokens")
+            raise PhaseError(
+                f"phase {s.phase} of branch {s.branch} grows its prompt by {grown} tokens; the request "
+                f"reserved {req.max_forced_tokens} forced tokens"
+            )
         self.state.check_prompt(prompt, req.phases[s.phase + 1].max_new_tokens)
         s.phase_results.append(result)
         if s.spec_stats is not None:

@@ -43,13 +43,15 @@ class CharTokenizer(Tokenizer):
         return {0: "<pad>", 1: "<s>", 2: "</s>"}.get(int(token_id)) or self._decode_plain([int(token_id)])
 
 
-def tiny_text_model(spec: str, *, seed: int = 0, num_pages: int = 256, page_size: int = 16,
-                    max_seq_len: int = 1024) -> TextModel:
+def tiny_text_model(
+    spec: str, *, seed: int = 0, num_pages: int = 256, page_size: int = 16, max_seq_len: int = 1024
+) -> TextModel:
     """``tiny:<arch>`` (llama, qwen2 or gemma3): a random 2-layer model with a character tokenizer."""
     arch = spec.split(":", 1)[1] if ":" in spec else "llama"
     if arch not in ("llama", "qwen2", "gemma3"):
         raise SpecRagError(f"unknown tiny model {spec!r}; use tiny:llama, tiny:qwen2 or tiny:gemma3")
     cfg = tiny_config(arch, tie_embeddings=arch == "gemma3")
-    runner = ModelRunner(cfg, init_params(cfg, seed=seed), num_pages=num_pages, page_size=page_size,
-                         max_seq_len=max_seq_len)
+    runner = ModelRunner(
+        cfg, init_params(cfg, seed=seed), num_pages=num_pages, page_size=page_size, max_seq_len=max_seq_len
+    )
     return TextModel(spec, runner, CharTokenizer(cfg.vocab_size))

@@ -51,8 +51,11 @@ class WarmupReport:
     compile_seconds: float
 
     def as_dict(self) -> dict:
-        return {"programs": self.programs, "seconds": round(self.seconds, 2),
-                "compile_seconds": round(self.compile_seconds, 2)}
+        return {
+            "programs": self.programs,
+            "seconds": round(self.seconds, 2),
+            "compile_seconds": round(self.compile_seconds, 2),
+        }
 
 
 def _powers(lo: int, hi: int) -> list[int]:
@@ -63,8 +66,9 @@ def _powers(lo: int, hi: int) -> list[int]:
     return out
 
 
-def step_shapes(engine: EngineView, level: str = "full", sampled: bool = True, score: bool = True,
-                spec_budget: int | None = None) -> list[StepShape]:
+def step_shapes(
+    engine: EngineView, level: str = "full", sampled: bool = True, score: bool = True, spec_budget: int | None = None
+) -> list[StepShape]:
     """The step shapes ``engine`` can run under its config: ``level`` "decode" = decode steps only; ``sampled``
     adds the sampling (non-greedy) programs; ``score`` adds verification-tree scoring (verifier engines);
     ``spec_budget`` adds the speculation steps of token trees up to that budget (at either level)."""
@@ -76,19 +80,30 @@ def step_shapes(engine: EngineView, level: str = "full", sampled: bool = True, s
     pages = _powers(r.min_page_bucket, bucket(r.max_pages_per_seq))
     seqs = _powers(cfg.min_step_seqs, cfg.max_running)
     greedy = (True, False) if sampled else (True,)
-    shapes = [StepShape("decode", s, s, p, s, g)
-              for s in seqs for p in pages for g in greedy]
+    shapes = [StepShape("decode", s, s, p, s, g) for s in seqs for p in pages for g in greedy]
     if spec_budget is not None:
         check_budget(spec_budget)
-        shapes += [StepShape("speculate", s * b, s, p, s, g) for b in TREE_BUDGETS if b <= spec_budget
-                   for s in seqs if s * b <= cfg.token_budget for p in pages for g in greedy]
+        shapes += [
+            StepShape("speculate", s * b, s, p, s, g)
+            for b in TREE_BUDGETS
+            if b <= spec_budget
+            for s in seqs
+            if s * b <= cfg.token_budget
+            for p in pages
+            for g in greedy
+        ]
     if level == "full":
         tokens = _powers(cfg.min_step_tokens, cfg.token_budget)
-        shapes += [StepShape("prefill", t, s, p, s, g)
-                   for t in tokens for s in seqs if s <= t for p in pages for g in greedy]
+        shapes += [
+            StepShape("prefill", t, s, p, s, g) for t in tokens for s in seqs if s <= t for p in pages for g in greedy
+        ]
         if score:
-            shapes += [StepShape("score", t, cfg.score_step_seqs, p, rows)
-                       for t in tokens for rows in _powers(cfg.score_step_seqs, t) for p in pages]
+            shapes += [
+                StepShape("score", t, cfg.score_step_seqs, p, rows)
+                for t in tokens
+                for rows in _powers(cfg.score_step_seqs, t)
+                for p in pages
+            ]
     return shapes
 
 
@@ -99,8 +114,9 @@ def _run_shape(engine: EngineView, shape: StepShape) -> None:
         chunks = [Chunk(null, 0, [0], write=False, rows=[0])] * shape.seqs
         step = r.pack(chunks, token_bucket=shape.tokens, min_seqs=shape.seqs)
     elif shape.kind == "prefill":
-        chunks = [Chunk(null, 0, [0, 0], write=False, rows=[1])] + \
-                 [Chunk(null, 0, [0], write=False, rows=[0])] * (shape.seqs - 1)
+        chunks = [Chunk(null, 0, [0, 0], write=False, rows=[1])] + [Chunk(null, 0, [0], write=False, rows=[0])] * (
+            shape.seqs - 1
+        )
         step = r.pack(chunks, token_bucket=shape.tokens, min_seqs=shape.seqs)
     elif shape.kind == "speculate":
         tree = build_tree([], 0, shape.tokens // shape.seqs)  # a root alone: only the shapes matter
@@ -136,8 +152,12 @@ def memory_mappings(maps_path: str = "/proc/self/maps") -> int | None:
         return None
 
 
-def check_map_budget(programs: int, limit_path: str = "/proc/sys/vm/max_map_count",
-                     maps_path: str = "/proc/self/maps", fraction: float = 0.8) -> None:
+def check_map_budget(
+    programs: int,
+    limit_path: str = "/proc/sys/vm/max_map_count",
+    maps_path: str = "/proc/self/maps",
+    fraction: float = 0.8,
+) -> None:
     """On CPU, refuse a warm-up whose compiled programs would use up the process's memory mappings.
 
     XLA's CPU backend maps every compiled program's code in hundreds of regions; past Linux's
@@ -159,11 +179,18 @@ def check_map_budget(programs: int, limit_path: str = "/proc/sys/vm/max_map_coun
         raise SpecRagError(
             f"warming up {programs} programs needs about {need} memory mappings on the CPU backend "
             f"({used} in use) but vm.max_map_count is {limit}: raise it (sysctl -w vm.max_map_count=262144) "
-            f"or warm up less (--warmup decode, no --warmup-sampling, a smaller --max-running or --max-seq-len)")
+            f"or warm up less (--warmup decode, no --warmup-sampling, a smaller --max-running or --max-seq-len)"
+        )
 
 
-def warmup(engine: EngineView, level: str = "full", sampled: bool = True, score: bool = True,
-           shapes: Iterable[StepShape] | None = None, spec_budget: int | None = None) -> WarmupReport:
+def warmup(
+    engine: EngineView,
+    level: str = "full",
+    sampled: bool = True,
+    score: bool = True,
+    shapes: Iterable[StepShape] | None = None,
+    spec_budget: int | None = None,
+) -> WarmupReport:
     """Compile (run once) every step shape of ``step_shapes``; call before the engine serves."""
     if engine.started:
         raise SpecRagError(f"warm up engine {engine.name} before start(): its loop owns the runner's pool")
@@ -172,8 +199,10 @@ def warmup(engine: EngineView, level: str = "full", sampled: bool = True, score:
     with CompileClock() as clock:
         for shape in todo:
             _run_shape(engine, shape)
-        engine.runner.penalties.warm([s.seqs for s in todo if s.kind in ("decode", "prefill")],
-                                     [(s.seqs, s.tokens // s.seqs) for s in todo if s.kind == "speculate"])
+        engine.runner.penalties.warm(
+            [s.seqs for s in todo if s.kind in ("decode", "prefill")],
+            [(s.seqs, s.tokens // s.seqs) for s in todo if s.kind == "speculate"],
+        )
     report = WarmupReport(len(todo), time.perf_counter() - t0, clock.seconds)
     engine.counters["warmup_programs"] += report.programs
     engine.counters["warmup_s"] += round(report.seconds, 2)

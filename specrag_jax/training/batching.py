@@ -95,9 +95,9 @@ def make_batch(rows: Sequence[Sequence[Example]], num_rows: int, length: int) ->
             ids = np.concatenate([ex.prompt_ids, ex.target_ids])
             n, end = len(ids), start + len(ids)
             tokens[r, start:end] = ids
-            labels[r, start:end - 1] = ids[1:]
+            labels[r, start : end - 1] = ids[1:]
             # label i is token i+1: a target token when i+1 >= len(prompt)
-            mask[r, start + len(ex.prompt_ids) - 1:end - 1] = 1.0
+            mask[r, start + len(ex.prompt_ids) - 1 : end - 1] = 1.0
             segments[r, start:end] = s
             positions[r, start:end] = np.arange(n)
             start = end
@@ -130,7 +130,7 @@ class BatchPlan:
         out: list[Batch] = []
         for length in sorted(by_bucket):
             rows = pack_rows(by_bucket[length], length, self.max_segments)
-            out += [make_batch(rows[i:i + self.rows], self.rows, length) for i in range(0, len(rows), self.rows)]
+            out += [make_batch(rows[i : i + self.rows], self.rows, length) for i in range(0, len(rows), self.rows)]
         if rng is not None:
             out = [out[i] for i in rng.permutation(len(out))]
         return out
@@ -139,8 +139,7 @@ class BatchPlan:
 class BatchStream:
     """Endless batches over epochs from a data position ``(epoch, index)``; ``position`` is the next batch."""
 
-    def __init__(self, plan: BatchPlan, examples: Sequence[Example], seed: int, epoch: int = 0,
-                 index: int = 0) -> None:
+    def __init__(self, plan: BatchPlan, examples: Sequence[Example], seed: int, epoch: int = 0, index: int = 0) -> None:
         self.plan, self.examples, self.seed = plan, list(examples), seed
         self.epoch, self.index = epoch, index
         self._batches = plan.batches(self.examples, seed, epoch)

@@ -63,8 +63,10 @@ def check_base(meta: dict, name: str, fingerprint: str, what: str = "checkpoint"
     """Refuse a checkpoint (or adapter) made for another base model, naming both."""
     saved_name, saved_fp = meta.get("base_model", "?"), meta.get("base_fingerprint", "?")
     if saved_fp != fingerprint:
-        raise SpecRagError(f"{what} was trained on base model {saved_name!r} (fingerprint {saved_fp}), not on "
-                           f"{name!r} (fingerprint {fingerprint}); use the model it was trained on or a new --out")
+        raise SpecRagError(
+            f"{what} was trained on base model {saved_name!r} (fingerprint {saved_fp}), not on "
+            f"{name!r} (fingerprint {fingerprint}); use the model it was trained on or a new --out"
+        )
 
 
 class TrainCheckpoints:
@@ -72,9 +74,13 @@ class TrainCheckpoints:
 
     def __init__(self, directory: str | Path, max_to_keep: int = 2, read_only: bool = False) -> None:
         self.directory = Path(directory).absolute()
-        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, enable_async_checkpointing=False,
-                                               cleanup_tmp_directories=not read_only, create=not read_only,
-                                               read_only=read_only)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=max_to_keep,
+            enable_async_checkpointing=False,
+            cleanup_tmp_directories=not read_only,
+            create=not read_only,
+            read_only=read_only,
+        )
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=_ITEMS)
 
     def latest_step(self) -> int | None:
@@ -86,8 +92,11 @@ class TrainCheckpoints:
     def save(self, step: int, trainable: Any, opt_state: Any, meta: dict) -> None:
         """Write one step (blocking); it becomes visible only once complete."""
         meta = {**meta, "format": FORMAT, "step": int(step)}
-        args = ocp.args.Composite(trainable=ocp.args.StandardSave(trainable),
-                                  opt_state=ocp.args.StandardSave(opt_state), meta=ocp.args.JsonSave(meta))
+        args = ocp.args.Composite(
+            trainable=ocp.args.StandardSave(trainable),
+            opt_state=ocp.args.StandardSave(opt_state),
+            meta=ocp.args.JsonSave(meta),
+        )
         self._manager.save(step, args=args, force=True)
         self._manager.wait_until_finished()
 
@@ -100,21 +109,26 @@ class TrainCheckpoints:
         """(trainable, opt_state, meta) of ``step`` (None: the latest), with the shapes, dtypes and shardings of
         the ``*_like`` trees (arrays or ``jax.ShapeDtypeStruct``)."""
         step = self._require(step)
-        args = ocp.args.Composite(trainable=ocp.args.StandardRestore(_abstract(trainable_like)),
-                                  opt_state=ocp.args.StandardRestore(_abstract(opt_state_like)),
-                                  meta=ocp.args.JsonRestore())
+        args = ocp.args.Composite(
+            trainable=ocp.args.StandardRestore(_abstract(trainable_like)),
+            opt_state=ocp.args.StandardRestore(_abstract(opt_state_like)),
+            meta=ocp.args.JsonRestore(),
+        )
         try:
             out = self._manager.restore(step, args=args)
         except (ValueError, KeyError, TypeError) as exc:  # tree or shape mismatch
-            raise SpecRagError(f"checkpoint {self.directory}/{step} does not match this run's model and settings "
-                               f"({str(exc).splitlines()[0][:160]})") from None
+            raise SpecRagError(
+                f"checkpoint {self.directory}/{step} does not match this run's model and settings "
+                f"({str(exc).splitlines()[0][:160]})"
+            ) from None
         return out.trainable, out.opt_state, dict(out.meta)
 
     def restore_trainable(self, step: int | None = None) -> tuple[Any, dict]:
         """(trainable tree as saved, meta): what inference needs (no optimizer state, no target tree)."""
         step = self._require(step)
-        out = self._manager.restore(step, args=ocp.args.Composite(trainable=ocp.args.StandardRestore(),
-                                                                  meta=ocp.args.JsonRestore()))
+        out = self._manager.restore(
+            step, args=ocp.args.Composite(trainable=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore())
+        )
         return out.trainable, dict(out.meta)
 
     def close(self) -> None:

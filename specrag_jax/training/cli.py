@@ -25,14 +25,25 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=DEFAULT_BASE, help="base model: a known name, a .gguf file or an HF folder")
     p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA adapters")
     p.add_argument("--lora-rank", type=int, default=None, help="adapter rank (default 8)")
-    p.add_argument("--lora-alpha", type=float, default=None,
-                   help="adapter scale numerator: scale = alpha / rank (default 2 x rank)")
-    p.add_argument("--lora-targets", default=None,
-                   help=f"projections with adapters: names from {TARGETS_HELP}, or attn, mlp, all (default)")
+    p.add_argument(
+        "--lora-alpha",
+        type=float,
+        default=None,
+        help="adapter scale numerator: scale = alpha / rank (default 2 x rank)",
+    )
+    p.add_argument(
+        "--lora-targets",
+        default=None,
+        help=f"projections with adapters: names from {TARGETS_HELP}, or attn, mlp, all (default)",
+    )
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default 2e-4 LoRA, 2e-5 full)")
-    p.add_argument("--warmup", type=int, default=None,
-                   help="linear warm-up steps, then cosine decay (default: a tenth of --steps, at most 20)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="linear warm-up steps, then cosine decay (default: a tenth of --steps, at most 20)",
+    )
     p.add_argument("--batch", type=int, default=8, help="rows per step (examples are packed into rows)")
     p.add_argument("--max-len", type=int, default=1024, help="tokens per example at most (prompt + target)")
     p.add_argument("--refuse-long", action="store_true", help="refuse over-long examples instead of skipping them")
@@ -62,14 +73,26 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.full and lora_flags:
         raise SpecRagError(f"--full trains every parameter; drop --{lora_flags[0].replace('_', '-')}")
     rank = 8 if args.lora_rank is None else args.lora_rank
-    lora = LoraConfig(rank, 2.0 * rank if args.lora_alpha is None else args.lora_alpha,
-                      parse_targets(args.lora_targets) if args.lora_targets else ALL_TARGETS)
+    lora = LoraConfig(
+        rank,
+        2.0 * rank if args.lora_alpha is None else args.lora_alpha,
+        parse_targets(args.lora_targets) if args.lora_targets else ALL_TARGETS,
+    )
     lr = args.lr if args.lr is not None else (2e-5 if args.full else 2e-4)
     warmup = min(20, args.steps // 10) if args.warmup is None else args.warmup
     optim = OptimConfig(lr=lr, warmup=warmup, steps=args.steps, clip=args.clip, weight_decay=args.weight_decay)
-    return TrainConfig(mode="full" if args.full else "lora", lora=lora, optim=optim, batch=args.batch,
-                       max_len=args.max_len, eval_every=args.eval_every, save_every=args.save_every,
-                       eval_fraction=args.eval_fraction, seed=args.seed, dtype=args.dtype)
+    return TrainConfig(
+        mode="full" if args.full else "lora",
+        lora=lora,
+        optim=optim,
+        batch=args.batch,
+        max_len=args.max_len,
+        eval_every=args.eval_every,
+        save_every=args.save_every,
+        eval_fraction=args.eval_fraction,
+        seed=args.seed,
+        dtype=args.dtype,
+    )
 
 
 def load_tokenizer(name: str) -> Any:
@@ -108,8 +131,12 @@ def write_run_record(args: argparse.Namespace) -> None:
     import sys
 
     summary = Path(str(args.data) + ".summary.json")
-    record = {"command": "specrag " + " ".join(sys.argv[1:]), "data": str(args.data), "data_id": file_id(args.data),
-              "data_summary": json.loads(summary.read_text()) if summary.is_file() else None}
+    record = {
+        "command": "specrag " + " ".join(sys.argv[1:]),
+        "data": str(args.data),
+        "data_id": file_id(args.data),
+        "data_summary": json.loads(summary.read_text()) if summary.is_file() else None,
+    }
     from specrag_jax.training.history import write_json_atomic
 
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -136,17 +163,35 @@ def run_train(args: argparse.Namespace) -> int:
         cfg, params = load_base(args.model, args.dtype)
     train_ex, eval_ex = split_holdout(data.examples, config.eval_fraction, config.seed)
     write_run_record(args)
-    result = train(cfg, params, train_ex, eval_ex, config, args.out, base_name=args.model, resume=args.resume,
-                   placement=placement, progress=not (args.quiet or args.json), data_id=file_id(args.data))
-    summary = {**result.summary(), "model": args.model, "mode": config.mode, "out": args.out,
-               "examples": {"train": len(train_ex), "eval": len(eval_ex), "skipped_long": len(data.skipped_long)}}
+    result = train(
+        cfg,
+        params,
+        train_ex,
+        eval_ex,
+        config,
+        args.out,
+        base_name=args.model,
+        resume=args.resume,
+        placement=placement,
+        progress=not (args.quiet or args.json),
+        data_id=file_id(args.data),
+    )
+    summary = {
+        **result.summary(),
+        "model": args.model,
+        "mode": config.mode,
+        "out": args.out,
+        "examples": {"train": len(train_ex), "eval": len(eval_ex), "skipped_long": len(data.skipped_long)},
+    }
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"trained steps {result.start_step}..{result.end_step} of {args.model} ({config.mode}, "
-              f"{result.trainable_params} trainable parameters): train loss {summary['final_train_loss']}, "
-              f"held-out loss {summary['final_eval_loss']}, {summary['tokens_per_s']} tokens/s; "
-              f"checkpoints in {Path(args.out) / 'checkpoints'}")
+        print(
+            f"trained steps {result.start_step}..{result.end_step} of {args.model} ({config.mode}, "
+            f"{result.trainable_params} trainable parameters): train loss {summary['final_train_loss']}, "
+            f"held-out loss {summary['final_eval_loss']}, {summary['tokens_per_s']} tokens/s; "
+            f"checkpoints in {Path(args.out) / 'checkpoints'}"
+        )
     return 0
 
 
@@ -155,8 +200,12 @@ def add_export_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export-adapter", help="write a train run's adapters as adapter.safetensors + adapter.json")
     p.add_argument("--run", required=True, help="a `specrag train --out` folder")
     p.add_argument("--out", required=True, help="the adapter folder to write (must not exist)")
-    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"],
-                   help="stored dtype (merged into the base weights in float32 at load)")
+    p.add_argument(
+        "--dtype",
+        default="bfloat16",
+        choices=["float32", "bfloat16"],
+        help="stored dtype (merged into the base weights in float32 at load)",
+    )
     p.add_argument("--step", type=int, default=None, help="the checkpoint step (default: the newest)")
     p.set_defaults(export_main=run_export)
 

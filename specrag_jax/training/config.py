@@ -72,8 +72,11 @@ class TrainConfig:
                 continue
             a, b = now.get(key), saved.get(key)
             if isinstance(a, dict) and isinstance(b, dict):
-                out += [f"{key}.{k}: now {a.get(k)!r}, checkpoint {b.get(k)!r}"
-                        for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+                out += [
+                    f"{key}.{k}: now {a.get(k)!r}, checkpoint {b.get(k)!r}"
+                    for k in sorted(set(a) | set(b))
+                    if a.get(k) != b.get(k)
+                ]
             elif a != b:
                 out.append(f"{key}: now {a!r}, checkpoint {b!r}")
         return out

@@ -109,8 +109,14 @@ def tokenize_example(obj: dict, tokenizer: Tokenizer, eos_id: int, where: str = 
     return Example(np.asarray(prompt, np.int32), np.asarray(target_ids, np.int32), line)
 
 
-def build_examples(records: Sequence[dict] | Sequence[tuple[int, dict]], tokenizer: Tokenizer, eos_id: int,
-                   max_len: int, on_long: str = "skip", path: str = "") -> LoadedData:
+def build_examples(
+    records: Sequence[dict] | Sequence[tuple[int, dict]],
+    tokenizer: Tokenizer,
+    eos_id: int,
+    max_len: int,
+    on_long: str = "skip",
+    path: str = "",
+) -> LoadedData:
     """Tokenize records (or ``(line, record)`` pairs); over-long ones are skipped (noted) or refused."""
     if on_long not in ("skip", "refuse"):
         raise SpecRagError(f"on_long must be 'skip' or 'refuse' (got {on_long!r})")
@@ -121,8 +127,10 @@ def build_examples(records: Sequence[dict] | Sequence[tuple[int, dict]], tokeniz
         ex = tokenize_example(obj, tokenizer, eos_id, where, line=line)
         if ex.length > max_len:
             if on_long == "refuse":
-                raise SpecRagError(f"{where}: example has {ex.length} tokens, over the limit of {max_len} "
-                                   f"(raise --max-len or shorten the prompt)")
+                raise SpecRagError(
+                    f"{where}: example has {ex.length} tokens, over the limit of {max_len} "
+                    f"(raise --max-len or shorten the prompt)"
+                )
             skipped.append(line)
             continue
         kept.append(ex)
@@ -152,8 +160,9 @@ def read_records(path: str | Path) -> list[tuple[int, dict]]:
     return records
 
 
-def load_examples(path: str | Path, tokenizer: Tokenizer, eos_id: int, max_len: int,
-                  on_long: str = "skip") -> LoadedData:
+def load_examples(
+    path: str | Path, tokenizer: Tokenizer, eos_id: int, max_len: int, on_long: str = "skip"
+) -> LoadedData:
     """Read and tokenize a training file."""
     return build_examples(read_records(path), tokenizer, eos_id, max_len, on_long, str(path))
 

@@ -36,8 +36,13 @@ def is_export(path: str | Path) -> bool:
     return (Path(path) / META_FILE).is_file()
 
 
-def export_adapter(run_dir: str | Path, dest: str | Path, dtype: str = "bfloat16", step: int | None = None,
-                   extra: dict[str, Any] | None = None) -> Path:
+def export_adapter(
+    run_dir: str | Path,
+    dest: str | Path,
+    dtype: str = "bfloat16",
+    step: int | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
     """Write the trainable tree of ``run_dir``'s checkpoint ``step`` (None: newest) to ``dest`` (must not exist)."""
     if dtype not in EXPORT_DTYPES:
         raise SpecRagError(f"unsupported adapter dtype {dtype!r}; use one of {', '.join(EXPORT_DTYPES)}")
@@ -50,8 +55,11 @@ def export_adapter(run_dir: str | Path, dest: str | Path, dtype: str = "bfloat16
     finally:
         ckpts.close()
     if meta.get("mode") == "full" and dtype != "float32":
-        warnings.warn(f"exporting fully fine-tuned weights of {run_dir} as {dtype}: they are rounded; "
-                      f"pass dtype float32 to keep them exact", stacklevel=2)
+        warnings.warn(
+            f"exporting fully fine-tuned weights of {run_dir} as {dtype}: they are rounded; "
+            f"pass dtype float32 to keep them exact",
+            stacklevel=2,
+        )
     target = jax.numpy.dtype(dtype)
     tree = jax.tree_util.tree_map(lambda a: np.asarray(a).astype(target), trainable)
     meta = {k: v for k, v in meta.items() if k != "history"}

@@ -47,11 +47,16 @@ class TrainResult:
 
     def summary(self) -> dict[str, Any]:
         last_eval = self.history.eval[-1][1] if self.history.eval else None
-        return {"steps": [self.start_step, self.end_step], "trainable_params": self.trainable_params,
-                "programs": self.programs, "tokens_per_s": round(self.tokens_per_s, 1),
-                "step_s": round(self.step_s, 4), "seconds": round(self.seconds, 2),
-                "final_train_loss": self.history.train[-1][1] if self.history.train else None,
-                "final_eval_loss": last_eval}
+        return {
+            "steps": [self.start_step, self.end_step],
+            "trainable_params": self.trainable_params,
+            "programs": self.programs,
+            "tokens_per_s": round(self.tokens_per_s, 1),
+            "step_s": round(self.step_s, 4),
+            "seconds": round(self.seconds, 2),
+            "final_train_loss": self.history.train[-1][1] if self.history.train else None,
+            "final_eval_loss": last_eval,
+        }
 
 
 def _device_batch(batch: Batch, sharding: Any) -> dict:
@@ -73,20 +78,37 @@ def evaluate(fns, state: TrainState, frozen: Any, batches: Sequence[Batch], shar
 _STEP_CACHE: dict[Any, Any] = {}
 
 
-def _steps(model_cfg: ModelConfig, config: TrainConfig, optimizer, state: TrainState | None, frozen: Any,
-           batch_sh: Any):
+def _steps(
+    model_cfg: ModelConfig, config: TrainConfig, optimizer, state: TrainState | None, frozen: Any, batch_sh: Any
+):
     """The jitted steps of a run, shared by runs of the same model, settings and layout in one process (a
     resumed or repeated run in a process reuses the compiled programs)."""
     shardings = None if state is None else (sh.state_shardings(state), sh.frozen_shardings(frozen))
     leaves, tree = jax.tree_util.tree_flatten(shardings)
-    key = (model_cfg, config.mode, config.lora_scale, config.max_segments, config.dtype, config.optim, tree,
-           tuple(leaves), batch_sh)
+    key = (
+        model_cfg,
+        config.mode,
+        config.lora_scale,
+        config.max_segments,
+        config.dtype,
+        config.optim,
+        tree,
+        tuple(leaves),
+        batch_sh,
+    )
     if key not in _STEP_CACHE:
-        _STEP_CACHE[key] = make_steps(model_cfg, optimizer, mode=config.mode, lora_scale=config.lora_scale,
-                                      max_segments=config.max_segments, dtype=config.dtype,
-                                      state_shardings=None if shardings is None else shardings[0],
-                                      frozen_shardings=None if shardings is None else shardings[1],
-                                      batch_sharding=batch_sh, schedule=lr_schedule(config.optim))
+        _STEP_CACHE[key] = make_steps(
+            model_cfg,
+            optimizer,
+            mode=config.mode,
+            lora_scale=config.lora_scale,
+            max_segments=config.max_segments,
+            dtype=config.dtype,
+            state_shardings=None if shardings is None else shardings[0],
+            frozen_shardings=None if shardings is None else shardings[1],
+            batch_sharding=batch_sh,
+            schedule=lr_schedule(config.optim),
+        )
     return _STEP_CACHE[key]
 
 
@@ -96,10 +118,22 @@ def _trainable_and_frozen(cfg: ModelConfig, params: dict, config: TrainConfig) -
     return init_lora(cfg, config.lora, jax.random.PRNGKey(config.seed)), params
 
 
-def train(model_cfg: ModelConfig, base_params: dict, train_examples: Sequence[Example],
-          eval_examples: Sequence[Example], config: TrainConfig, out_dir: str | Path, *, base_name: str,
-          resume: bool = False, placement: Placement | None = None, progress: bool = False,
-          stop_after: int | None = None, data_id: str = "", keep_state: bool = False) -> TrainResult:
+def train(
+    model_cfg: ModelConfig,
+    base_params: dict,
+    train_examples: Sequence[Example],
+    eval_examples: Sequence[Example],
+    config: TrainConfig,
+    out_dir: str | Path,
+    *,
+    base_name: str,
+    resume: bool = False,
+    placement: Placement | None = None,
+    progress: bool = False,
+    stop_after: int | None = None,
+    data_id: str = "",
+    keep_state: bool = False,
+) -> TrainResult:
     """Run (or resume) training into ``out_dir`` and return the history and throughput.
 
     ``stop_after``: stop after this many steps of this call (checkpoints as scheduled), as an interruption."""
@@ -110,8 +144,10 @@ def train(model_cfg: ModelConfig, base_params: dict, train_examples: Sequence[Ex
     ckpts = TrainCheckpoints(out / "checkpoints", max_to_keep=config.keep_checkpoints)
     latest = ckpts.latest_step()
     if latest is not None and not resume:
-        raise SpecRagError(f"{out} already holds a training checkpoint (step {latest}); pass --resume to continue "
-                           f"it or choose a new --out")
+        raise SpecRagError(
+            f"{out} already holds a training checkpoint (step {latest}); pass --resume to continue "
+            f"it or choose a new --out"
+        )
     params = unstack_layers(base_params, model_cfg.num_layers)
     trainable, frozen = _trainable_and_frozen(model_cfg, params, config)
     optimizer = make_optimizer(config.optim)
@@ -137,9 +173,15 @@ def train(model_cfg: ModelConfig, base_params: dict, train_examples: Sequence[Ex
     eval_batches = plan.batches(list(eval_examples), None) if eval_examples else []
     batch_sh = sh.batch_sharding(placement, config.batch)
     fns = _steps(model_cfg, config, optimizer, state if placement is not None else None, frozen, batch_sh)
-    meta_base = {"base_model": base_name, "base_fingerprint": fingerprint, "mode": config.mode,
-                 "lora": config.lora.to_json() if config.mode == "lora" else None, "config": config.to_json(),
-                 "data_id": data_id, "model_config": dataclasses.asdict(model_cfg)}
+    meta_base = {
+        "base_model": base_name,
+        "base_fingerprint": fingerprint,
+        "mode": config.mode,
+        "lora": config.lora.to_json() if config.mode == "lora" else None,
+        "config": config.to_json(),
+        "data_id": data_id,
+        "model_config": dataclasses.asdict(model_cfg),
+    }
     if eval_batches and start == 0 and not history.eval:  # the base model's held-out loss, for reference
         history.eval.append([0, evaluate(fns, state, frozen, eval_batches, batch_sh)])
     bar = _progress_bar(config.optim.steps, start, progress)
@@ -168,9 +210,18 @@ def train(model_cfg: ModelConfig, base_params: dict, train_examples: Sequence[Ex
     bar.close()
     ckpts.close()
     _write_reports(out, history, base_name, config)
-    return TrainResult(history, start, int(state.step), count_params(state.trainable), fns.compiled_programs(),
-                       timed_tokens / timed_s if timed_s else 0.0, timed_s / timed_steps if timed_steps else 0.0,
-                       time.perf_counter() - t_start, state if keep_state else None, frozen if keep_state else None)
+    return TrainResult(
+        history,
+        start,
+        int(state.step),
+        count_params(state.trainable),
+        fns.compiled_programs(),
+        timed_tokens / timed_s if timed_s else 0.0,
+        timed_s / timed_steps if timed_steps else 0.0,
+        time.perf_counter() - t_start,
+        state if keep_state else None,
+        frozen if keep_state else None,
+    )
 
 
 def _write_reports(out: Path, history: History, base_name: str, config: TrainConfig) -> None:
@@ -181,5 +232,12 @@ def _write_reports(out: Path, history: History, base_name: str, config: TrainCon
 def _progress_bar(total: int, initial: int, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, disable=not enabled, file=sys.stderr, desc="train", unit="step",
-                dynamic_ncols=True)
+    return tqdm(
+        total=total,
+        initial=initial,
+        disable=not enabled,
+        file=sys.stderr,
+        desc="train",
+        unit="step",
+        dynamic_ncols=True,
+    )

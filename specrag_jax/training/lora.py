@@ -42,8 +42,9 @@ class LoraConfig:
             raise SpecRagError(f"LoRA rank must be >= 1 (got {self.rank})")
         unknown = [t for t in self.targets if t not in TARGET_GROUPS]
         if unknown or not self.targets:
-            raise SpecRagError(f"unknown LoRA target {unknown[0] if unknown else '(none)'!r}; choose from "
-                               f"{', '.join(ALL_TARGETS)}")
+            raise SpecRagError(
+                f"unknown LoRA target {unknown[0] if unknown else '(none)'!r}; choose from {', '.join(ALL_TARGETS)}"
+            )
 
     @property
     def scale(self) -> float:
@@ -72,8 +73,15 @@ def parse_targets(text: str) -> tuple[str, ...]:
 
 def _kernel_shape(cfg: ModelConfig, target: str) -> tuple[int, int]:
     h, i, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    return {"q": (h, cfg.num_heads * d), "k": (h, cfg.num_kv_heads * d), "v": (h, cfg.num_kv_heads * d),
-            "o": (cfg.num_heads * d, h), "gate": (h, i), "up": (h, i), "down": (i, h)}[target]
+    return {
+        "q": (h, cfg.num_heads * d),
+        "k": (h, cfg.num_kv_heads * d),
+        "v": (h, cfg.num_kv_heads * d),
+        "o": (cfg.num_heads * d, h),
+        "gate": (h, i),
+        "up": (h, i),
+        "down": (i, h),
+    }[target]
 
 
 def init_lora(cfg: ModelConfig, lora: LoraConfig, key: jax.Array, dtype=jnp.float32) -> dict:
@@ -141,13 +149,17 @@ def merge_lora(params: dict, adapter: dict, lora: LoraConfig | float) -> dict:
                 try:
                     node = (out["layers"] if stacked else out[layer_name])[group][target]
                 except KeyError:
-                    raise SpecRagError(f"adapter for {layer_name}/{group}/{target} has no matching base weight; "
-                                       f"was it trained on another model?") from None
+                    raise SpecRagError(
+                        f"adapter for {layer_name}/{group}/{target} has no matching base weight; "
+                        f"was it trained on another model?"
+                    ) from None
                 kernel = node["kernel"]
                 base = kernel[index] if stacked else kernel
                 if base.shape != (ab["a"].shape[0], ab["b"].shape[1]):
-                    raise SpecRagError(f"adapter {layer_name}/{group}/{target} has shape {ab['a'].shape[0]}x"
-                                       f"{ab['b'].shape[1]}, the base kernel {base.shape[0]}x{base.shape[1]}")
+                    raise SpecRagError(
+                        f"adapter {layer_name}/{group}/{target} has shape {ab['a'].shape[0]}x"
+                        f"{ab['b'].shape[1]}, the base kernel {base.shape[0]}x{base.shape[1]}"
+                    )
                 merged = (base.astype(jnp.float32) + lora_delta(ab, scale)).astype(kernel.dtype)
                 node["kernel"] = kernel.at[index].set(merged) if stacked else merged
     return out

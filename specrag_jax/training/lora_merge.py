@@ -40,8 +40,9 @@ def _read(path: Path, step: int | None) -> tuple[Any, dict]:
         ckpts.close()
 
 
-def load_adapter(path: str | Path, base_name: str, cfg: ModelConfig, params: dict,
-                 step: int | None = None) -> tuple[dict, dict]:
+def load_adapter(
+    path: str | Path, base_name: str, cfg: ModelConfig, params: dict, step: int | None = None
+) -> tuple[dict, dict]:
     """(params with the trained adapters merged, or the fully fine-tuned params; the adapter's meta).
 
     ``path``: a train folder, an exported adapter or a known adapter's name. Refuses (one line, both names) an

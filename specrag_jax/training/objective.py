@@ -40,8 +40,16 @@ def row_metadata(segments: jax.Array, positions: jax.Array, max_segments: int) -
     )
 
 
-def hidden_states(params: dict, cfg: ModelConfig, tokens: jax.Array, segments: jax.Array, positions: jax.Array,
-                  *, max_segments: int, dtype=jnp.float32) -> jax.Array:
+def hidden_states(
+    params: dict,
+    cfg: ModelConfig,
+    tokens: jax.Array,
+    segments: jax.Array,
+    positions: jax.Array,
+    *,
+    max_segments: int,
+    dtype=jnp.float32,
+) -> jax.Array:
     """Final-normed hidden states ``[rows, L, hidden]`` of a batch (per-layer params, reference attention)."""
     decoder = Decoder(cfg, jnp.dtype(dtype), "reference", False, False)
     pool = make_pool(cfg.num_layers, 2, 1, cfg.num_kv_heads, cfg.head_dim, jnp.dtype(dtype))
@@ -54,8 +62,9 @@ def hidden_states(params: dict, cfg: ModelConfig, tokens: jax.Array, segments: j
     return jax.vmap(one_row)(tokens, segments, positions)
 
 
-def masked_nll(params: dict, cfg: ModelConfig, hidden: jax.Array, labels: jax.Array,
-               mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+def masked_nll(
+    params: dict, cfg: ModelConfig, hidden: jax.Array, labels: jax.Array, mask: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """(sum of -log p(label) over masked rows, number of masked rows), float32, chunked over rows."""
     h = hidden.reshape(-1, hidden.shape[-1])
     y, w = labels.reshape(-1), mask.reshape(-1).astype(jnp.float32)
@@ -91,13 +100,23 @@ def effective_params(trainable: Any, frozen: Any, mode: str) -> tuple[dict, dict
     return frozen, trainable
 
 
-def batch_nll(trainable: Any, frozen: Any, cfg: ModelConfig, batch: dict, *, mode: str, lora_scale: float,
-              max_segments: int, dtype=jnp.float32) -> tuple[jax.Array, jax.Array]:
+def batch_nll(
+    trainable: Any,
+    frozen: Any,
+    cfg: ModelConfig,
+    batch: dict,
+    *,
+    mode: str,
+    lora_scale: float,
+    max_segments: int,
+    dtype=jnp.float32,
+) -> tuple[jax.Array, jax.Array]:
     """(summed target NLL, target count) of a batch dict (``tokens, labels, mask, segments, positions``)."""
     params, adapter = effective_params(trainable, frozen, mode)
     with _adapted(adapter, lora_scale):
-        hidden = hidden_states(params, cfg, batch["tokens"], batch["segments"], batch["positions"],
-                               max_segments=max_segments, dtype=dtype)
+        hidden = hidden_states(
+            params, cfg, batch["tokens"], batch["segments"], batch["positions"], max_segments=max_segments, dtype=dtype
+        )
         return masked_nll(params, cfg, hidden, batch["labels"], batch["mask"])
 
 
@@ -107,12 +126,21 @@ def mean_loss(trainable: Any, frozen: Any, cfg: ModelConfig, batch: dict, **kw: 
     return total / jnp.maximum(count, 1.0)
 
 
-def row_logits(trainable: Any, frozen: Any, cfg: ModelConfig, batch: dict, *, mode: str, lora_scale: float,
-               max_segments: int, dtype=jnp.float32) -> jax.Array:
+def row_logits(
+    trainable: Any,
+    frozen: Any,
+    cfg: ModelConfig,
+    batch: dict,
+    *,
+    mode: str,
+    lora_scale: float,
+    max_segments: int,
+    dtype=jnp.float32,
+) -> jax.Array:
     """Full ``[rows, L, vocab]`` logits (tests: checkpoint round trips compare these bitwise)."""
     params, adapter = effective_params(trainable, frozen, mode)
     with _adapted(adapter, lora_scale):
-        hidden = hidden_states(params, cfg, batch["tokens"], batch["segments"], batch["positions"],
-                               max_segments=max_segments, dtype=dtype)
+        hidden = hidden_states(
+            params, cfg, batch["tokens"], batch["segments"], batch["positions"], max_segments=max_segments, dtype=dtype
+        )
     return logits_at(params, cfg, hidden.reshape(-1, hidden.shape[-1])).reshape(*hidden.shape[:2], -1)
-

@@ -39,17 +39,25 @@ def run_steps(mode: str, placement: Placement | None, steps: int = 4) -> tuple[l
     """Losses of ``steps`` train steps and the final trainable tree (as numpy)."""
     cfg = tiny_config("llama")
     params = unstack_layers(init_params(cfg, seed=3), cfg.num_layers)
-    config = TrainConfig(mode=mode, lora=LoraConfig(4, 8.0), optim=OptimConfig(lr=1e-2, warmup=1, steps=steps),
-                         batch=8, max_len=64)
+    config = TrainConfig(
+        mode=mode, lora=LoraConfig(4, 8.0), optim=OptimConfig(lr=1e-2, warmup=1, steps=steps), batch=8, max_len=64
+    )
     trainable = init_lora(cfg, config.lora, jax.random.PRNGKey(0)) if mode == "lora" else params
     frozen = params if mode == "lora" else None
     optimizer = make_optimizer(config.optim)
     state = sh.make_state(placement, cfg, trainable, mode, optimizer)
     frozen = sh.place_frozen(placement, cfg, frozen)
     batch_sharding = sh.batch_sharding(placement, config.batch)
-    fns = make_steps(cfg, optimizer, mode=mode, lora_scale=config.lora_scale, max_segments=config.max_segments,
-                     state_shardings=sh.state_shardings(state) if placement else None,
-                     frozen_shardings=sh.frozen_shardings(frozen), batch_sharding=batch_sharding)
+    fns = make_steps(
+        cfg,
+        optimizer,
+        mode=mode,
+        lora_scale=config.lora_scale,
+        max_segments=config.max_segments,
+        state_shardings=sh.state_shardings(state) if placement else None,
+        frozen_shardings=sh.frozen_shardings(frozen),
+        batch_sharding=batch_sharding,
+    )
     plan = BatchPlan(config.batch, bucket_lengths(config.max_len), config.max_segments)
     batches = plan.batches(_examples(120, 1), seed=0)
     assert len(batches) >= steps
@@ -73,10 +81,17 @@ def check(mode: str) -> dict:
     single, single_tree, _ = run_steps(mode, None)
     placement = Placement.from_spec("data=4,model=2")
     sharded, sharded_tree, info = run_steps(mode, placement)
-    diffs = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
-                                                             single_tree, sharded_tree))
-    return {"mode": mode, "single": single, "sharded": sharded, "max_param_diff": max(diffs),
-            "max_loss_diff": max(abs(a - b) for a, b in zip(single, sharded)), **info}
+    diffs = jax.tree_util.tree_leaves(
+        jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()), single_tree, sharded_tree)
+    )
+    return {
+        "mode": mode,
+        "single": single,
+        "sharded": sharded,
+        "max_param_diff": max(diffs),
+        "max_loss_diff": max(abs(a - b) for a, b in zip(single, sharded)),
+        **info,
+    }
 
 
 def main() -> None:

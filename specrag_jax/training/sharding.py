@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig
@@ -55,8 +56,9 @@ def place_trainable(placement: Placement | None, cfg: ModelConfig, trainable: An
     return jax.tree_util.tree_map(lambda x: put_global(x, placement.replicated), trainable)
 
 
-def make_state(placement: Placement | None, cfg: ModelConfig, trainable: Any, mode: str,
-               optimizer: optax.GradientTransformation) -> TrainState:
+def make_state(
+    placement: Placement | None, cfg: ModelConfig, trainable: Any, mode: str, optimizer: optax.GradientTransformation
+) -> TrainState:
     """A fresh, placed train state (the optimizer state takes the trainable tree's shardings)."""
     state = init_state(place_trainable(placement, cfg, trainable, mode), optimizer)
     if placement is None:  # commit every leaf (jit leaves the optimizer state uncommitted: a second compile)

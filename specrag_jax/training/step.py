@@ -47,8 +47,9 @@ class OptimConfig:
 
 def lr_schedule(cfg: OptimConfig) -> optax.Schedule:
     """Linear warm-up from 0 to ``lr`` over ``warmup`` steps, cosine decay to ``lr * final_lr_ratio``."""
-    return optax.warmup_cosine_decay_schedule(0.0, cfg.lr, cfg.warmup, max(cfg.steps, cfg.warmup + 1),
-                                              end_value=cfg.lr * cfg.final_lr_ratio)
+    return optax.warmup_cosine_decay_schedule(
+        0.0, cfg.lr, cfg.warmup, max(cfg.steps, cfg.warmup + 1), end_value=cfg.lr * cfg.final_lr_ratio
+    )
 
 
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
@@ -97,13 +98,24 @@ class StepFns:
         return int(self.train._cache_size() + self.eval._cache_size())
 
 
-def make_steps(model_cfg: ModelConfig, optimizer: optax.GradientTransformation, *, mode: str, lora_scale: float,
-               max_segments: int, dtype: str = "float32", state_shardings: Any = None, frozen_shardings: Any = None,
-               batch_sharding: Any = None, schedule: optax.Schedule | None = None) -> StepFns:
+def make_steps(
+    model_cfg: ModelConfig,
+    optimizer: optax.GradientTransformation,
+    *,
+    mode: str,
+    lora_scale: float,
+    max_segments: int,
+    dtype: str = "float32",
+    state_shardings: Any = None,
+    frozen_shardings: Any = None,
+    batch_sharding: Any = None,
+    schedule: optax.Schedule | None = None,
+) -> StepFns:
     """Jitted steps; with shardings given they are compiled with explicit in/out shardings (data parallel
     over the batch rows, parameters as placed), so the donated state keeps its layout from step to step."""
-    nll = functools.partial(batch_nll, cfg=model_cfg, mode=mode, lora_scale=lora_scale, max_segments=max_segments,
-                            dtype=jnp.dtype(dtype))
+    nll = functools.partial(
+        batch_nll, cfg=model_cfg, mode=mode, lora_scale=lora_scale, max_segments=max_segments, dtype=jnp.dtype(dtype)
+    )
 
     def loss_fn(trainable, frozen, batch):
         total, count = nll(trainable, frozen, batch=batch)
@@ -113,8 +125,12 @@ def make_steps(model_cfg: ModelConfig, optimizer: optax.GradientTransformation, 
         (loss, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.trainable, frozen, batch)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.trainable)
         trainable = optax.apply_updates(state.trainable, updates)
-        metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "targets": count,
-                   "lr": schedule(state.step) if schedule is not None else jnp.zeros((), jnp.float32)}
+        metrics = {
+            "loss": loss,
+            "grad_norm": optax.tree.norm(grads),
+            "targets": count,
+            "lr": schedule(state.step) if schedule is not None else jnp.zeros((), jnp.float32),
+        }
         return TrainState(state.step + 1, trainable, opt_state), metrics
 
     def eval_step(trainable: Any, frozen: Any, batch: dict) -> tuple[jax.Array, jax.Array]:
@@ -124,10 +140,17 @@ def make_steps(model_cfg: ModelConfig, optimizer: optax.GradientTransformation, 
         return StepFns(jax.jit(train_step, donate_argnums=0), jax.jit(eval_step))
     batch_sh = {k: batch_sharding for k in BATCH_FIELDS}
     replicated = state_shardings.step  # a scalar: replicated over the mesh
-    train = jax.jit(train_step, donate_argnums=0, in_shardings=(state_shardings, frozen_shardings, batch_sh),
-                    out_shardings=(state_shardings, replicated))
-    evaluate = jax.jit(eval_step, in_shardings=(state_shardings.trainable, frozen_shardings, batch_sh),
-                       out_shardings=(replicated, replicated))
+    train = jax.jit(
+        train_step,
+        donate_argnums=0,
+        in_shardings=(state_shardings, frozen_shardings, batch_sh),
+        out_shardings=(state_shardings, replicated),
+    )
+    evaluate = jax.jit(
+        eval_step,
+        in_shardings=(state_shardings.trainable, frozen_shardings, batch_sh),
+        out_shardings=(replicated, replicated),
+    )
     return StepFns(train, evaluate)
 
 

@@ -38,8 +38,9 @@ def test_blocked_matches_reference_and_brute_force(seed, block, key_block, ps, t
     v_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
     meta = to_meta(seqs, t_pad, ps, k_pool.shape[0])
     kw = dict(scale=0.3, window=window, softcap=softcap, tree=tree)
-    got = np.asarray(paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, block=block,
-                                                  key_block=key_block, **kw))
+    got = np.asarray(
+        paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, block=block, key_block=key_block, **kw)
+    )
     ref = np.asarray(paged_tree_attention_reference(q, k_new, v_new, k_pool, v_pool, meta, **kw))
     np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5)
     want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, 0.3, window, softcap)
@@ -67,8 +68,7 @@ def test_several_sequences_in_key_blocks(seed, n_seqs, key_block, ps, tree, wind
     v_new = rng.normal(size=(t_pad, 2, 8)).astype(np.float32)
     meta = to_meta(seqs, t_pad, ps, k_pool.shape[0])
     kw = dict(scale=0.5, window=window, tree=tree)
-    got = np.asarray(paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, key_block=key_block,
-                                                  **kw))
+    got = np.asarray(paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, key_block=key_block, **kw))
     ref = np.asarray(paged_tree_attention_reference(q, k_new, v_new, k_pool, v_pool, meta, **kw))
     np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5)
     want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, 0.5, window, None)

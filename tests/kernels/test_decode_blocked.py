@@ -35,15 +35,23 @@ def decode_step(rng, heads, ps, lens, p_max, *, order=None, dtype=jnp.float32):
     token_seq = np.zeros(T, np.int32)
     token_seq[:s] = order
     valid = np.arange(T) < s
-    meta = AttentionMetadata(token_seq, np.where(valid, kv_lens[token_seq], 0).astype(np.int32),
-                             np.full(T, -1, np.int32), valid, np.full(T, n_pages * ps, np.int32), tables, kv_lens)
+    meta = AttentionMetadata(
+        token_seq,
+        np.where(valid, kv_lens[token_seq], 0).astype(np.int32),
+        np.full(T, -1, np.int32),
+        valid,
+        np.full(T, n_pages * ps, np.int32),
+        tables,
+        kv_lens,
+    )
     return q, k_new, v_new, k_pool, v_pool, meta
 
 
 @functools.cache
 def _blocked(softcap, block_tokens):
-    return jax.jit(functools.partial(paged_decode_attention_blocked, scale=0.3, softcap=softcap,
-                                     block_tokens=block_tokens))
+    return jax.jit(
+        functools.partial(paged_decode_attention_blocked, scale=0.3, softcap=softcap, block_tokens=block_tokens)
+    )
 
 
 @functools.cache
@@ -59,10 +67,15 @@ def check(case, window, softcap, block_tokens, tol=2e-5):
 
 
 @settings(max_examples=25, deadline=None)
-@given(heads=st.sampled_from(HEADS), ps=st.sampled_from([1, 4, 16]),
-       lens=st.lists(st.integers(0, 70), min_size=1, max_size=T), window=st.sampled_from([0, 1, 5, 33]),
-       softcap=st.sampled_from([None, 20.0]), block_tokens=st.sampled_from([1, 16, 48, 128]),
-       seed=st.integers(0, 2**16))
+@given(
+    heads=st.sampled_from(HEADS),
+    ps=st.sampled_from([1, 4, 16]),
+    lens=st.lists(st.integers(0, 70), min_size=1, max_size=T),
+    window=st.sampled_from([0, 1, 5, 33]),
+    softcap=st.sampled_from([None, 20.0]),
+    block_tokens=st.sampled_from([1, 16, 48, 128]),
+    seed=st.integers(0, 2**16),
+)
 def test_matches_reference_on_random_steps(heads, ps, lens, window, softcap, block_tokens, seed):
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(lens))  # tokens need not follow sequence order

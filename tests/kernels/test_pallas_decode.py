@@ -41,15 +41,25 @@ def decode_case(rng, heads, ps, lens, p_max, *, dtype=jnp.float32, tables=None, 
         for s, n in enumerate(lens):
             tables[s, : -(-(n + 1) // ps)] = [free.pop() for _ in range(-(-(n + 1) // ps))]
     idx = np.arange(T, dtype=np.int32)
-    meta = AttentionMetadata(idx, kv_lens.copy(), np.full(T, -1, np.int32), idx < len(lens),
-                             np.full(T, n_pages * ps, np.int32), np.asarray(tables, np.int32), kv_lens)
+    meta = AttentionMetadata(
+        idx,
+        kv_lens.copy(),
+        np.full(T, -1, np.int32),
+        idx < len(lens),
+        np.full(T, n_pages * ps, np.int32),
+        np.asarray(tables, np.int32),
+        kv_lens,
+    )
     return q, k_new, v_new, k_pool, v_pool, meta
 
 
 @functools.cache
 def kernel(backend, softcap, sizes):
-    return jax.jit(functools.partial(paged_decode_attention_pallas, scale=0.125, softcap=softcap, backend=backend,
-                                     block_sizes=sizes))
+    return jax.jit(
+        functools.partial(
+            paged_decode_attention_pallas, scale=0.125, softcap=softcap, backend=backend, block_sizes=sizes
+        )
+    )
 
 
 _reference = jax.jit(paged_tree_attention_reference, static_argnames=("scale", "softcap", "tree"))
@@ -104,15 +114,21 @@ def test_default_block_table_and_skipped_pages_are_never_read(backend):
 
 
 @settings(max_examples=20, deadline=None)
-@given(data=st.data(), backend=st.sampled_from(["tpu", "gpu"]), heads=st.sampled_from([GEMMA, SMOL]),
-       ps=st.sampled_from([4, 16]), window=st.sampled_from([0, 1, 5, 17]))
+@given(
+    data=st.data(),
+    backend=st.sampled_from(["tpu", "gpu"]),
+    heads=st.sampled_from([GEMMA, SMOL]),
+    ps=st.sampled_from([4, 16]),
+    window=st.sampled_from([0, 1, 5, 17]),
+)
 def test_hypothesis_page_tables(data, backend, heads, ps, window):
     """Arbitrary page tables (shared and repeated pages allowed: decode only reads) and ragged lengths."""
     p_max, n_pages = 6, 16
     batch = data.draw(st.integers(1, T))
     lens = data.draw(st.lists(st.integers(0, p_max * ps - 1), min_size=batch, max_size=batch))
-    tables = data.draw(st.lists(st.lists(st.integers(0, n_pages - 1), min_size=p_max, max_size=p_max),
-                                min_size=T, max_size=T))
+    tables = data.draw(
+        st.lists(st.lists(st.integers(0, n_pages - 1), min_size=p_max, max_size=p_max), min_size=T, max_size=T)
+    )
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     case = decode_case(rng, heads, ps, lens, p_max, tables=tables, n_pages=n_pages)
     check(backend, case, window, None, DecodeBlockSizes(kv_tokens_per_block=2 * ps, max_splits=2))
@@ -125,8 +141,15 @@ def test_precondition_is_checked():
     got = jax.jit(functools.partial(paged_decode_attention_pallas, scale=1.0))(*case)  # "gpu", interpreted
     want = _reference(*case, scale=1.0)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
-    two_tokens = AttentionMetadata(np.zeros(T, np.int32), meta.positions, meta.parents, meta.token_valid,
-                                   meta.write_slots, meta.page_table, meta.kv_lens)
+    two_tokens = AttentionMetadata(
+        np.zeros(T, np.int32),
+        meta.positions,
+        meta.parents,
+        meta.token_valid,
+        meta.write_slots,
+        meta.page_table,
+        meta.kv_lens,
+    )
     assert not is_decode_step(two_tokens)
     with pytest.raises(SpecRagError, match="decode step"):
         paged_decode_attention_pallas(*case[:-1], two_tokens, scale=1.0)
@@ -153,7 +176,8 @@ def _export(backend, platform, heads=GEMMA, **kwargs):
     meta = AttentionMetadata(i32(T), i32(T), i32(T), bool_t, i32(T), i32(T, 8), i32(T))
     f = functools.partial(paged_decode_attention_pallas, scale=0.1, softcap=30.0, backend=backend, interpret=False)
     return jax.export.export(jax.jit(f), platforms=[platform], **kwargs)(
-        arr(T, hq, d), arr(T, hkv, d), arr(T, hkv, d), arr(64, 16, hkv, d), arr(64, 16, hkv, d), meta, window=7)
+        arr(T, hq, d), arr(T, hkv, d), arr(T, hkv, d), arr(64, 16, hkv, d), arr(64, 16, hkv, d), meta, window=7
+    )
 
 
 @pytest.mark.parametrize("heads", [GEMMA, SMOL])
@@ -167,24 +191,39 @@ def test_gpu_variant_lowers_for_cuda(heads):
     assert "__gpu$xla.gpu.triton" in text
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "'Cannot serialize code with custom calls whose targets have no compatibility guarantees' "
-    "(__gpu$xla.gpu.triton): Triton kernels export only with GPU_EXPORT_DISABLED_CHECKS"))
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason=(
+        "'Cannot serialize code with custom calls whose targets have no compatibility guarantees' "
+        "(__gpu$xla.gpu.triton): Triton kernels export only with GPU_EXPORT_DISABLED_CHECKS"
+    ),
+)
 def test_gpu_variant_export_needs_disabled_checks():
     _export("gpu", "cuda")
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "'Compiler params for platform tpu cannot be used for gpu lowering.' (or, before Mosaic TPU's lowering "
-    "is registered, 'Cannot lower pallas_call on platform: gpu...'): the TPU variant carries "
-    "pltpu.CompilerParams and DMA/semaphore ops; by design it is TPU-only"))
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason=(
+        "'Compiler params for platform tpu cannot be used for gpu lowering.' (or, before Mosaic TPU's lowering "
+        "is registered, 'Cannot lower pallas_call on platform: gpu...'): the TPU variant carries "
+        "pltpu.CompilerParams and DMA/semaphore ops; by design it is TPU-only"
+    ),
+)
 def test_tpu_variant_does_not_lower_for_cuda():
     _export("tpu", "cuda")
 
 
-@pytest.mark.xfail(strict=True, raises=(ValueError, AssertionError), reason=(
-    "'Compiler params for platform gpu cannot be used for tpu lowering.' (or, before the Triton lowering is "
-    "registered, a bare 'assert isinstance(compiler_params, tpu_core.CompilerParams)' in Mosaic TPU's "
-    "pallas_call_tpu_lowering_rule): the GPU variant carries Triton CompilerParams; by design GPU-only"))
+@pytest.mark.xfail(
+    strict=True,
+    raises=(ValueError, AssertionError),
+    reason=(
+        "'Compiler params for platform gpu cannot be used for tpu lowering.' (or, before the Triton lowering is "
+        "registered, a bare 'assert isinstance(compiler_params, tpu_core.CompilerParams)' in Mosaic TPU's "
+        "pallas_call_tpu_lowering_rule): the GPU variant carries Triton CompilerParams; by design GPU-only"
+    ),
+)
 def test_gpu_variant_does_not_lower_for_tpu():
     _export("gpu", "tpu")

@@ -32,8 +32,15 @@ def build_case(rng, chunks, ps, heads, d, t_pad, dtype=jnp.float32, n_pages=None
         depth = []
         for p in par:
             depth.append(0 if p < 0 else depth[p] + 1)
-        seqs.append(dict(kv_len=kv, pages=[int(free.pop()) for _ in range(np_)], parents=list(par),
-                         tokens=list(range(packed, packed + len(par))), pos=[kv + x for x in depth]))
+        seqs.append(
+            dict(
+                kv_len=kv,
+                pages=[int(free.pop()) for _ in range(np_)],
+                parents=list(par),
+                tokens=list(range(packed, packed + len(par))),
+                pos=[kv + x for x in depth],
+            )
+        )
         packed += len(par)
     if p_width is not None:
         for s in seqs:
@@ -48,8 +55,15 @@ def build_case(rng, chunks, ps, heads, d, t_pad, dtype=jnp.float32, n_pages=None
         f = lambda a: np.asarray(a)[perm]  # noqa: E731
         par = f(meta.parents)
         parents = np.where(par < 0, -1, inv[par]).astype(np.int32)
-        meta = AttentionMetadata(f(meta.token_seq), f(meta.positions), parents, f(meta.token_valid),
-                                 f(meta.write_slots), meta.page_table, meta.kv_lens)
+        meta = AttentionMetadata(
+            f(meta.token_seq),
+            f(meta.positions),
+            parents,
+            f(meta.token_valid),
+            f(meta.write_slots),
+            meta.page_table,
+            meta.kv_lens,
+        )
         q, k_new, v_new = q[perm], k_new[perm], v_new[perm]
     return (q, k_new, v_new, k_pool, v_pool), meta, packed
 
@@ -84,14 +98,22 @@ def branches(m: int, length: int) -> list[int]:
 
 # Gemma 3 270M: 4 q heads, 1 KV head, head_dim 256; SmolLM2: 9 and 3, head_dim 64.
 SWEEP = [
-    pytest.param(((4, 1), 256, 16, 0, None, True, jnp.float32,
-                  [(40, branches(3, 8)), (32, [-1, 0, 1, 2, 3, 4]), (0, [-1])]), id="gemma-ps16-branches"),
-    pytest.param(((9, 3), 64, 32, 5, 30.0, False, jnp.float32,
-                  [(70, list(range(-1, 19))), (3, [-1, 0])]), id="smollm-ps32-window-softcap-causal"),
-    pytest.param(((9, 3), 64, 64, 0, None, True, jnp.bfloat16,
-                  [(64, [-1, 0, 0, 1, 1, 2, 5, -1]), (100, branches(2, 4))]), id="smollm-ps64-bf16-tree"),
-    pytest.param(((4, 1), 64, 1, 3, 5.0, True, jnp.float32,
-                  [(5, [-1] * 6), (0, []), (0, [-1]), (8, [-1, 0, -1, 2])]), id="ps1-allroots-emptychunk-window"),
+    pytest.param(
+        ((4, 1), 256, 16, 0, None, True, jnp.float32, [(40, branches(3, 8)), (32, [-1, 0, 1, 2, 3, 4]), (0, [-1])]),
+        id="gemma-ps16-branches",
+    ),
+    pytest.param(
+        ((9, 3), 64, 32, 5, 30.0, False, jnp.float32, [(70, list(range(-1, 19))), (3, [-1, 0])]),
+        id="smollm-ps32-window-softcap-causal",
+    ),
+    pytest.param(
+        ((9, 3), 64, 64, 0, None, True, jnp.bfloat16, [(64, [-1, 0, 0, 1, 1, 2, 5, -1]), (100, branches(2, 4))]),
+        id="smollm-ps64-bf16-tree",
+    ),
+    pytest.param(
+        ((4, 1), 64, 1, 3, 5.0, True, jnp.float32, [(5, [-1] * 6), (0, []), (0, [-1]), (8, [-1, 0, -1, 2])]),
+        id="ps1-allroots-emptychunk-window",
+    ),
 ]
 
 
@@ -104,16 +126,24 @@ def test_matches_reference_sweep(case):
 
 
 @settings(max_examples=20, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), n_seqs=st.integers(1, 3), window=st.sampled_from([0, 1, 3, 8]),
-       shape=st.sampled_from(["random", "chain", "roots"]), shuffle=st.booleans())
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    n_seqs=st.integers(1, 3),
+    window=st.sampled_from([0, 1, 3, 8]),
+    shape=st.sampled_from(["random", "chain", "roots"]),
+    shuffle=st.booleans(),
+)
 def test_matches_reference_random_trees(seed, n_seqs, window, shape, shuffle):
     """Fixed shapes (one compile per variant): T=24, 3 sequence rows, page size 2, 9 pages per row."""
     rng = np.random.default_rng(seed)
     chunks = []
     for _ in range(n_seqs):
         kv, n = int(rng.integers(0, 13)), int(rng.integers(0, 7))  # kv_len 0 and empty chunks included
-        par = {"random": [int(rng.integers(-1, i)) for i in range(n)], "chain": list(range(-1, n - 1)),
-               "roots": [-1] * n}[shape]
+        par = {
+            "random": [int(rng.integers(-1, i)) for i in range(n)],
+            "chain": list(range(-1, n - 1)),
+            "roots": [-1] * n,
+        }[shape]
         chunks.append((kv, par))
     chunks += [(0, [])] * (3 - n_seqs)
     args, meta, _ = build_case(rng, chunks, 2, (4, 2), 16, 24, n_pages=32, p_width=9, shuffle=shuffle)
@@ -128,8 +158,9 @@ def test_skipped_blocks_are_never_read():
     poisoned = [int(p) for p in meta.page_table[0, :3]] + [0]
     k_pool, v_pool = (a.at[np.array(poisoned)].set(jnp.nan) for a in args[3:])
     for backend in BACKENDS:
-        got = np.asarray(paged_tree_attention_pallas(*args[:3], k_pool, v_pool, meta, scale=0.125, window=window,
-                                                     backend=backend))
+        got = np.asarray(
+            paged_tree_attention_pallas(*args[:3], k_pool, v_pool, meta, scale=0.125, window=window, backend=backend)
+        )
         assert np.abs(got - want).max() <= 2e-5, backend
 
 
@@ -160,10 +191,10 @@ def test_skip_fraction_branches_after_prefix():
 
 
 def _export(backend: str, platform: str, heads, d, dtype):
-    args, meta, _ = build_case(np.random.default_rng(0), [(40, branches(2, 8)), (0, [-1, 0])], 16, heads, d,
-                               128, dtype)
-    f = functools.partial(paged_tree_attention_pallas, scale=0.1, window=4, softcap=50.0, backend=backend,
-                          interpret=False)
+    args, meta, _ = build_case(np.random.default_rng(0), [(40, branches(2, 8)), (0, [-1, 0])], 16, heads, d, 128, dtype)
+    f = functools.partial(
+        paged_tree_attention_pallas, scale=0.1, window=4, softcap=50.0, backend=backend, interpret=False
+    )
     checks = [export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]
     exp = export.export(jax.jit(f), platforms=[platform], disabled_checks=checks)(*args, meta)
     return exp.mlir_module()
@@ -183,20 +214,30 @@ def test_gpu_variant_lowers_for_cuda(heads, d, dtype):
     assert "__gpu$xla.gpu.triton" in _export("gpu", "cuda", heads, d, dtype)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "ValueError: Compiler params for platform tpu cannot be used for gpu lowering. The TPU variant is built "
-    "on Mosaic TPU primitives (SMEM scalar prefetch, make_async_copy DMAs, DMA semaphores) that no GPU "
-    "backend lowers; the gpu variant is the CUDA path."))
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason=(
+        "ValueError: Compiler params for platform tpu cannot be used for gpu lowering. The TPU variant is built "
+        "on Mosaic TPU primitives (SMEM scalar prefetch, make_async_copy DMAs, DMA semaphores) that no GPU "
+        "backend lowers; the gpu variant is the CUDA path."
+    ),
+)
 def test_tpu_variant_does_not_lower_for_cuda():
     _export("tpu", "cuda", (4, 1), 256, jnp.float32)
 
 
-@pytest.mark.xfail(strict=True, raises=(ValueError, AssertionError), reason=(
-    "ValueError: Compiler params for platform gpu cannot be used for tpu lowering. (Before anything registered "
-    "the Triton lowering rule in the process, the same rejection is a bare AssertionError at "
-    "jax/_src/pallas/mosaic/pallas_call_registration.py `assert isinstance(compiler_params, "
-    "tpu_core.CompilerParams)`.) Mosaic TPU rejects Triton compiler params; and the variant's whole-pool HBM "
-    "refs with in-kernel row gathers are not a TPU kernel anyway (HBM must be DMA'd): the tpu variant is the "
-    "TPU path."))
+@pytest.mark.xfail(
+    strict=True,
+    raises=(ValueError, AssertionError),
+    reason=(
+        "ValueError: Compiler params for platform gpu cannot be used for tpu lowering. (Before anything registered "
+        "the Triton lowering rule in the process, the same rejection is a bare AssertionError at "
+        "jax/_src/pallas/mosaic/pallas_call_registration.py `assert isinstance(compiler_params, "
+        "tpu_core.CompilerParams)`.) Mosaic TPU rejects Triton compiler params; and the variant's whole-pool HBM "
+        "refs with in-kernel row gathers are not a TPU kernel anyway (HBM must be DMA'd): the tpu variant is the "
+        "TPU path."
+    ),
+)
 def test_gpu_variant_does_not_lower_for_tpu():
     _export("gpu", "tpu", (4, 1), 256, jnp.float32)

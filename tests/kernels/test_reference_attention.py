@@ -22,14 +22,18 @@ def brute_force(q, k_new, v_new, k_pool, v_pool, seqs, scale, window, softcap):
             keys, vals, kpos = [], [], []
             for j in range(s["kv_len"]):
                 page = s["pages"][j // ps]
-                keys.append(k_pool[page, j % ps]); vals.append(v_pool[page, j % ps]); kpos.append(j)
+                keys.append(k_pool[page, j % ps])
+                vals.append(v_pool[page, j % ps])
+                kpos.append(j)
             a = i
             chain = []
             while a >= 0:
                 chain.append(a)
                 a = s["parents"][a]
             for a in sorted(chain):
-                keys.append(k_new[s["tokens"][a]]); vals.append(v_new[s["tokens"][a]]); kpos.append(s["pos"][a])
+                keys.append(k_new[s["tokens"][a]])
+                vals.append(v_new[s["tokens"][a]])
+                kpos.append(s["pos"][a])
             keys, vals, kpos = np.array(keys, np.float64), np.array(vals, np.float64), np.array(kpos)
             visible = (window <= 0) | (s["pos"][i] - kpos < window)
             for h in range(hq):
@@ -60,24 +64,38 @@ def random_case(rng, n_seqs, max_prefix, max_chunk, ps, hq, hkv, d, tree):
         depth = []
         for i in range(n):
             depth.append(0 if parents[i] < 0 else depth[parents[i]] + 1)
-        seqs.append(dict(kv_len=kv_len, pages=pages, parents=parents, tokens=list(range(packed, packed + n)),
-                         pos=[kv_len + dd for dd in depth]))
+        seqs.append(
+            dict(
+                kv_len=kv_len,
+                pages=pages,
+                parents=parents,
+                tokens=list(range(packed, packed + n)),
+                pos=[kv_len + dd for dd in depth],
+            )
+        )
         packed += n
     return k_pool, v_pool, seqs, packed
 
 
 def to_meta(seqs, t_pad, ps, n_pages):
     p_max = max(len(s["pages"]) for s in seqs)
-    token_seq = np.zeros(t_pad, np.int32); positions = np.zeros(t_pad, np.int32)
-    parents = np.full(t_pad, -1, np.int32); valid = np.zeros(t_pad, bool)
-    page_table = np.zeros((len(seqs), p_max), np.int32); kv_lens = np.zeros(len(seqs), np.int32)
+    token_seq = np.zeros(t_pad, np.int32)
+    positions = np.zeros(t_pad, np.int32)
+    parents = np.full(t_pad, -1, np.int32)
+    valid = np.zeros(t_pad, bool)
+    page_table = np.zeros((len(seqs), p_max), np.int32)
+    kv_lens = np.zeros(len(seqs), np.int32)
     for si, s in enumerate(seqs):
-        page_table[si, : len(s["pages"])] = s["pages"]; kv_lens[si] = s["kv_len"]
+        page_table[si, : len(s["pages"])] = s["pages"]
+        kv_lens[si] = s["kv_len"]
         for i, t in enumerate(s["tokens"]):
-            token_seq[t] = si; positions[t] = s["pos"][i]; valid[t] = True
+            token_seq[t] = si
+            positions[t] = s["pos"][i]
+            valid[t] = True
             parents[t] = -1 if s["parents"][i] < 0 else s["tokens"][s["parents"][i]]
-    return AttentionMetadata(token_seq, positions, parents, valid, np.full(t_pad, n_pages * ps, np.int32),
-                             page_table, kv_lens)
+    return AttentionMetadata(
+        token_seq, positions, parents, valid, np.full(t_pad, n_pages * ps, np.int32), page_table, kv_lens
+    )
 
 
 @settings(max_examples=20, deadline=None)
@@ -101,9 +119,21 @@ def test_reference_matches_brute_force(seed, n_seqs, ps, tree, window, softcap, 
     k_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
     v_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
     meta = to_meta(seqs, t_pad, ps, k_pool.shape[0])
-    got = np.asarray(paged_tree_attention_reference(
-        q, k_new, v_new, k_pool, v_pool, meta, scale=0.3, window=window, softcap=softcap, tree=tree,
-        prefix_gather=prefix_gather))
+    got = np.asarray(
+        paged_tree_attention_reference(
+            q,
+            k_new,
+            v_new,
+            k_pool,
+            v_pool,
+            meta,
+            scale=0.3,
+            window=window,
+            softcap=softcap,
+            tree=tree,
+            prefix_gather=prefix_gather,
+        )
+    )
     want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, 0.3, window, softcap)
     np.testing.assert_allclose(got[:total], want[:total], atol=2e-5, rtol=1e-5)
     assert np.all(got[total:] == 0)
@@ -146,5 +176,6 @@ def test_prefix_gather_mode_follows_the_step_shape():
         k_pool, v_pool, seqs, total = random_case(rng, 2, 4, 2, 4, 2, 1, 8, False)
         q = rng.normal(size=(total, 2, 8)).astype(np.float32)
         kv = rng.normal(size=(total, 1, 8)).astype(np.float32)
-        paged_tree_attention_reference(q, kv, kv, k_pool, v_pool, to_meta(seqs, total, 4, k_pool.shape[0]),
-                                       scale=1.0, prefix_gather="bogus")
+        paged_tree_attention_reference(
+            q, kv, kv, k_pool, v_pool, to_meta(seqs, total, 4, k_pool.shape[0]), scale=1.0, prefix_gather="bogus"
+        )

@@ -8,9 +8,15 @@ import sys
 
 import pytest
 
-PACKAGES = ["specrag_jax.models", "specrag_jax.models.decoder", "specrag_jax.models.loading",
-            "specrag_jax.models.tokenizer", "specrag_jax.models.sampling", "specrag_jax.models.speculative",
-            "specrag_jax.models.executor"]
+PACKAGES = [
+    "specrag_jax.models",
+    "specrag_jax.models.decoder",
+    "specrag_jax.models.loading",
+    "specrag_jax.models.tokenizer",
+    "specrag_jax.models.sampling",
+    "specrag_jax.models.speculative",
+    "specrag_jax.models.executor",
+]
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -40,7 +46,9 @@ def test_documented_import_paths():
 def test_importing_the_cli_or_a_module_imports_nothing_heavy():
     """``specrag`` starts without JAX: the CLI imports ``models.loading.registry``, whose packages' __init__
     files import nothing eagerly."""
-    code = ("import sys, specrag_jax.cli, specrag_jax.models.loading.registry, specrag_jax.models.sampling\n"
-            "print(sorted(m for m in ('jax', 'flax', 'numpy') if m in sys.modules))")
+    code = (
+        "import sys, specrag_jax.cli, specrag_jax.models.loading.registry, specrag_jax.models.sampling\n"
+        "print(sorted(m for m in ('jax', 'flax', 'numpy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -16,10 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_json(args: list[str], devices: int = 8, timeout: int = 600, env: dict | None = None) -> dict:
     """Run ``python args`` with ``devices`` host CPU devices; the last stdout line that is a JSON object."""
-    full_env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-                "JAX_PLATFORMS": "cpu", **(env or {})}
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+    full_env = {
+        **os.environ,
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "JAX_PLATFORMS": "cpu",
+        **(env or {}),
+    }
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -44,19 +44,23 @@ def test_shared_mesh_and_disjoint_groups():
     assert pl.verifier.spec == "model=6"
     pl = placements_from_args(parse("--drafter-devices", "6-7", "--verifier-devices", "0-3"), DEVS)
     assert ids(pl.drafter) == [6, 7] and ids(pl.verifier) == [0, 1, 2, 3]
-    pl = placements_from_args(parse("--drafter-devices", "4", "--verifier-devices", "4", "--mesh", "data=2,model=2"),
-                              DEVS)
+    pl = placements_from_args(
+        parse("--drafter-devices", "4", "--verifier-devices", "4", "--mesh", "data=2,model=2"), DEVS
+    )
     assert pl.drafter.spec == pl.verifier.spec == "data=2,model=2" and pl.disjoint()
     assert placement_from_args(parse("--mesh", "model=4"), DEVS).spec == "model=4"
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["--mesh", "model=16"], "needs 16 devices but 8 are available"),
-    (["--drafter-devices", "0-3", "--verifier-devices", "3-7"], "overlap"),
-    (["--drafter-devices", "8"], "no devices left for the verifier"),
-    (["--drafter-devices", "2", "--verifier-devices", "7"], "asked for 7 devices but 6 are free"),
-    (["--drafter-devices", "2", "--mesh", "model=4"], "mesh model=4 needs 4 devices but 2 are given"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--mesh", "model=16"], "needs 16 devices but 8 are available"),
+        (["--drafter-devices", "0-3", "--verifier-devices", "3-7"], "overlap"),
+        (["--drafter-devices", "8"], "no devices left for the verifier"),
+        (["--drafter-devices", "2", "--verifier-devices", "7"], "asked for 7 devices but 6 are free"),
+        (["--drafter-devices", "2", "--mesh", "model=4"], "mesh model=4 needs 4 devices but 2 are given"),
+    ],
+)
 def test_bad_flags_raise_one_line_errors(argv, msg):
     with pytest.raises(SpecRagError, match=msg):
         placements_from_args(parse(*argv), DEVS)

@@ -14,8 +14,7 @@ from specrag_jax.retrieval.dense import DenseIndex
 def test_single_device_sharded_index_matches_and_validates():
     rng = np.random.default_rng(0)
     emb = rng.normal(size=(37, 8)).astype(np.float32)
-    index = DenseIndex([{"id": str(i), "title": "", "text": "x"} for i in range(37)], emb, model="m",
-                       mean=emb.mean(0))
+    index = DenseIndex([{"id": str(i), "title": "", "text": "x"} for i in range(37)], emb, model="m", mean=emb.mean(0))
     sharded = ShardedDenseIndex(index, Placement.from_spec("model=1"))
     q = rng.normal(size=8).astype(np.float32)
     got, want = sharded.search_vector(q, 50), index.search_vector(q, 50)  # n > docs: every document, ranked

@@ -4,26 +4,40 @@ from __future__ import annotations
 
 import jax
 import pytest
-from jax.sharding import AbstractMesh, PartitionSpec as P
+from jax.sharding import AbstractMesh
+from jax.sharding import PartitionSpec as P
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels.sharded import head_split
 from specrag_jax.models.config import param_shapes, tiny_config
 from specrag_jax.models.executor.placement_api import StepPlacement
-from specrag_jax.parallel import (Placement, make_mesh, param_specs, parse_device_list, parse_mesh_spec, pool_spec,
-                                  split_devices)
+from specrag_jax.parallel import (
+    Placement,
+    make_mesh,
+    param_specs,
+    parse_device_list,
+    parse_mesh_spec,
+    pool_spec,
+    split_devices,
+)
 
 
 def shapes(cfg):
-    return jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s, "float32"), param_shapes(cfg),
-                                  is_leaf=lambda x: isinstance(x, tuple))
+    return jax.tree_util.tree_map(
+        lambda s: jax.ShapeDtypeStruct(s, "float32"), param_shapes(cfg), is_leaf=lambda x: isinstance(x, tuple)
+    )
 
 
 def test_parse_mesh_spec():
     assert parse_mesh_spec("data=2,model=4") == {"data": 2, "model": 4}
     assert parse_mesh_spec(" 8 ") == {"model": 8}
-    for bad, msg in [("", "empty"), ("data=2,data=2", "twice"), ("data:2", "NAME=SIZE"), ("model=0", ">= 1"),
-                     ("model=x", "NAME=SIZE")]:
+    for bad, msg in [
+        ("", "empty"),
+        ("data=2,data=2", "twice"),
+        ("data:2", "NAME=SIZE"),
+        ("model=0", ">= 1"),
+        ("model=x", "NAME=SIZE"),
+    ]:
         with pytest.raises(SpecRagError, match=msg):
             parse_mesh_spec(bad)
 
@@ -88,8 +102,11 @@ def test_llama_specs_split_kv_heads_and_untied_head():
 def test_strict_axis_that_cannot_divide_raises():
     cfg = tiny_config("llama")
     rules = {"pages": "data", "kv_heads": "model"}
-    with pytest.raises(SpecRagError, match=r"kv_pool: pages dimension of size 63 cannot be divided over mesh "
-                                           r"axes data=2"):
+    with pytest.raises(
+        SpecRagError,
+        match=r"kv_pool: pages dimension of size 63 cannot be divided over mesh "
+        r"axes data=2",
+    ):
         pool_spec(cfg, 63, AbstractMesh((2, 2), ("data", "model")), rules)
     assert pool_spec(cfg, 64, AbstractMesh((2, 2), ("data", "model")), rules) == P("data", None, "model")
 

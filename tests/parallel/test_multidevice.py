@@ -32,8 +32,12 @@ def test_tiny_models_sharded_tokens_and_scores_match(multidevice):
 
 def test_pallas_kernels_under_shard_map_match(multidevice):
     rows = multidevice["pallas"]
-    assert {(tuple(r["heads"]), r["decode"]) for r in rows} == {((8, 4), False), ((8, 4), True), ((8, 1), False),
-                                                                ((8, 1), True)}
+    assert {(tuple(r["heads"]), r["decode"]) for r in rows} == {
+        ((8, 4), False),
+        ((8, 4), True),
+        ((8, 1), False),
+        ((8, 1), True),
+    }
     for r in rows:
         assert r["split"] == ("kv" if r["heads"][1] == 4 else "q")
         assert r["max_diff"] < 1e-5, r
@@ -81,10 +85,23 @@ def test_two_processes_sharded_forward_matches_single_process():
 
     port = _free_port()
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-    cmd = [sys.executable, "-m", "specrag_jax.parallel.distributed", "--coordinator", f"127.0.0.1:{port}",
-           "--num-processes", "2", "--mesh", "data=2,model=2"]
-    procs = [subprocess.Popen(cmd + ["--process-id", str(i)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "specrag_jax.parallel.distributed",
+        "--coordinator",
+        f"127.0.0.1:{port}",
+        "--num-processes",
+        "2",
+        "--mesh",
+        "data=2,model=2",
+    ]
+    procs = [
+        subprocess.Popen(
+            cmd + ["--process-id", str(i)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for i in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
@@ -107,8 +124,10 @@ def test_gemma3_270m_sharded_matches_single_device(slow_checks):
     assert r["num_devices"] == 8 and r["spec"] == "data=2,model=4"
     assert r["tokens_equal"], r
     assert r["max_score_diff"] < 1e-4, r
-    assert r["replicated"] == ["layers_*/attn/k/kernel:kv_heads(1 over model=4)",
-                               "layers_*/attn/v/kernel:kv_heads(1 over model=4)"]
+    assert r["replicated"] == [
+        "layers_*/attn/k/kernel:kv_heads(1 over model=4)",
+        "layers_*/attn/v/kernel:kv_heads(1 over model=4)",
+    ]
 
 
 @pytest.mark.slow

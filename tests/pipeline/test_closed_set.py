@@ -10,33 +10,51 @@ import pytest
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.closed_set import CLAIM_INSTRUCTION, ClosedSet, closed_set, from_row
 from specrag_jax.pipeline.drafting import Draft, draft_prompts, write_drafts
-from specrag_jax.pipeline.prompts import (closed_book_prompt, drafter_evidence, drafter_prefix, standard_rag_prompt,
-                                          verifier_prefix)
+from specrag_jax.pipeline.prompts import (
+    closed_book_prompt,
+    drafter_evidence,
+    drafter_prefix,
+    standard_rag_prompt,
+    verifier_prefix,
+)
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
 from specrag_jax.pipeline.verifier_prompts import evidence_scoring_prompt, scoring_prompt
 from specrag_jax.serving.tiny import tiny_text_model
 
 DOCS = [{"title": "Paris", "text": "Paris is in France."}, {"title": "", "text": "Lyon too."}]
-ARC = closed_set("arc_c", [{"label": "A", "text": "oxygen"}, {"label": "B", "text": "carbon dioxide"},
-                           {"label": "C", "text": "helium"}, {"label": "D", "text": "neon"}])
+ARC = closed_set(
+    "arc_c",
+    [
+        {"label": "A", "text": "oxygen"},
+        {"label": "B", "text": "carbon dioxide"},
+        {"label": "C", "text": "helium"},
+        {"label": "D", "text": "neon"},
+    ],
+)
 CLAIM = closed_set("pubhealth")
 HEAD = "Response to the instruction. Also provide rationale for your response.\n## Instruction: "
 
 
 def test_open_prompts_are_unchanged_byte_for_byte():
     assert drafter_prefix(" Q? ") == HEAD + "Q?\n## Evidence:\n"
-    assert drafter_evidence(DOCS) == ("[1] Paris\nParis is in France.\n[2] Lyon too.\nWrite '## Rationale:' with a "
-                                      "short explanation based on the evidence, then '## Response:' with a short "
-                                      "answer.")
+    assert drafter_evidence(DOCS) == (
+        "[1] Paris\nParis is in France.\n[2] Lyon too.\nWrite '## Rationale:' with a "
+        "short explanation based on the evidence, then '## Response:' with a short "
+        "answer."
+    )
     assert verifier_prefix("Q?") == HEAD + "Q?\n"
-    assert standard_rag_prompt("Q?", DOCS) == ("Answer the question using the evidence. Give a short answer.\n"
-                                               "## Evidence:\n[1] Paris\nParis is in France.\n[2] Lyon too.\n"
-                                               "## Question: Q?\n## Answer:")
+    assert standard_rag_prompt("Q?", DOCS) == (
+        "Answer the question using the evidence. Give a short answer.\n"
+        "## Evidence:\n[1] Paris\nParis is in France.\n[2] Lyon too.\n"
+        "## Question: Q?\n## Answer:"
+    )
     assert closed_book_prompt("Q?") == "Answer the question. Give a short answer.\n## Question: Q?\n## Answer:"
     tok = tiny_text_model("tiny:llama").tokenizer
     form = scoring_prompt(tok, "Q?", chat=False)
-    assert (form.prefix, form.after) == (HEAD + "Q?\n", "\nDo you think the explanation supports the answers? "
-                                                        "(Yes or No)\nAnswer:")
+    assert (form.prefix, form.after) == (
+        HEAD + "Q?\n",
+        "\nDo you think the explanation supports the answers? (Yes or No)\nAnswer:",
+    )
     assert evidence_scoring_prompt(tok, "Q?", chat=False).prefix == HEAD + "Q?\n## Evidence:\n"
     assert from_row({"question": "Q?", "ground_truth": ["x"]}) is None
     assert from_row({"question": "Q?", "ground_truth": ["x"], "task": "triviaqa"}) is None
@@ -47,8 +65,9 @@ def test_arc_choices_and_claim_instruction_reach_every_prompt():
     instruction = "Given 4 answer candidates, A, B, C and D, choose the best answer choice."
     assert ARC.instruction == choices + instruction
     assert drafter_prefix("Which gas?", ARC) == HEAD + "Which gas?\n" + choices + instruction + "\n## Evidence:\n"
-    assert drafter_evidence(DOCS, ARC).endswith("'## Response:' with only the letter of the best choice "
-                                                "(A, B, C and D).")
+    assert drafter_evidence(DOCS, ARC).endswith(
+        "'## Response:' with only the letter of the best choice (A, B, C and D)."
+    )
     assert drafter_evidence(DOCS, CLAIM).endswith("'## Response:' with true or false.")
     tok = tiny_text_model("tiny:llama").tokenizer
     for closed, text in ((ARC, choices + instruction), (CLAIM, CLAIM_INSTRUCTION)):
@@ -60,19 +79,39 @@ def test_arc_choices_and_claim_instruction_reach_every_prompt():
         assert closed_book_prompt("Claim.", closed).startswith(f"Answer the question. Give {closed.response_hint}.")
 
 
-@pytest.mark.parametrize("answer, label", [
-    ("B", "B"), ("(B)", "B"), ("B) carbon dioxide", "B"), ("The answer is C.", "C"), ("Answer: D", "D"),
-    ("b", "B"), ("c.", "C"), ("carbon dioxide", "B"), ("It is neon, I think", "D"),
-    ("Carbon", ""), ("oxygen or helium", ""), ("E", ""), ("", ""),
-])
+@pytest.mark.parametrize(
+    "answer, label",
+    [
+        ("B", "B"),
+        ("(B)", "B"),
+        ("B) carbon dioxide", "B"),
+        ("The answer is C.", "C"),
+        ("Answer: D", "D"),
+        ("b", "B"),
+        ("c.", "C"),
+        ("carbon dioxide", "B"),
+        ("It is neon, I think", "D"),
+        ("Carbon", ""),
+        ("oxygen or helium", ""),
+        ("E", ""),
+        ("", ""),
+    ],
+)
 def test_arc_label_rule(answer, label):
     assert ARC.parse(answer) == label
 
 
-@pytest.mark.parametrize("answer, label", [
-    ("true", "true"), ("False.", "false"), ("The claim is true", "true"), ("SUPPORTS", "true"),
-    ("refutes the claim", "false"), ("maybe", ""),
-])
+@pytest.mark.parametrize(
+    "answer, label",
+    [
+        ("true", "true"),
+        ("False.", "false"),
+        ("The claim is true", "true"),
+        ("SUPPORTS", "true"),
+        ("refutes the claim", "false"),
+        ("maybe", ""),
+    ],
+)
 def test_claim_label_rule(answer, label):
     assert CLAIM.parse(answer) == label
 
@@ -83,14 +122,17 @@ def test_numeric_arc_labels():
     assert (arc.parse("2"), arc.parse("(1) up"), arc.parse("12")) == ("2", "1", "")
 
 
-@pytest.mark.parametrize("choices, message", [
-    (None, "q7: 'choices' is missing: an arc_c question needs its choices"),
-    ({"label": ["A"], "text": ["x"]}, "q7: 'choices' must be a list of {label, text} objects"),
-    ([{"label": "A", "text": "x"}, {"text": "y"}], "q7: 'choices[1].label' is missing or empty"),
-    ([{"label": "A", "text": "x"}, {"label": " ", "text": "y"}], "q7: 'choices[1].label' is missing or empty"),
-    ([{"label": "A", "text": 3}], "q7: 'choices[0].text' must be a string"),
-    ([{"label": "A", "text": "x"}, {"label": "A", "text": "y"}], "q7: 'choices' labels repeat (A, A)"),
-])
+@pytest.mark.parametrize(
+    "choices, message",
+    [
+        (None, "q7: 'choices' is missing: an arc_c question needs its choices"),
+        ({"label": ["A"], "text": ["x"]}, "q7: 'choices' must be a list of {label, text} objects"),
+        ([{"label": "A", "text": "x"}, {"text": "y"}], "q7: 'choices[1].label' is missing or empty"),
+        ([{"label": "A", "text": "x"}, {"label": " ", "text": "y"}], "q7: 'choices[1].label' is missing or empty"),
+        ([{"label": "A", "text": 3}], "q7: 'choices[0].text' must be a string"),
+        ([{"label": "A", "text": "x"}, {"label": "A", "text": "y"}], "q7: 'choices' labels repeat (A, A)"),
+    ],
+)
 def test_bad_choices_are_one_line_errors(choices, message):
     with pytest.raises(SpecRagError) as err:
         closed_set("arc_c", choices, "q7")
@@ -99,16 +141,21 @@ def test_bad_choices_are_one_line_errors(choices, message):
 
 def _rag(**config) -> SpecRAG:
     model = tiny_text_model("tiny:llama", seed=1, num_pages=128, page_size=16)
-    return SpecRAG(model, model, subsets=lambda q, docs, k, m, s: ([[0], [1]], {}),
-                   config=RAGConfig(max_answer_tokens=4, max_draft_tokens=8, **config))
+    return SpecRAG(
+        model,
+        model,
+        subsets=lambda q, docs, k, m, s: ([[0], [1]], {}),
+        config=RAGConfig(max_answer_tokens=4, max_draft_tokens=8, **config),
+    )
 
 
 def test_drafts_and_answers_are_labels():
     rag = _rag()
     prefix, _ = draft_prompts(rag.drafter, "Which gas?", [DOCS[:1]], ARC)
     assert "carbon dioxide" in rag.drafter.tokenizer.decode(prefix)
-    drafts, _ = write_drafts(rag.drafter, "Which gas?", [DOCS[:1], DOCS[1:]], max_rationale_tokens=8,
-                             max_answer_tokens=4, closed=ARC)
+    drafts, _ = write_drafts(
+        rag.drafter, "Which gas?", [DOCS[:1], DOCS[1:]], max_rationale_tokens=8, max_answer_tokens=4, closed=ARC
+    )
     for d in drafts:  # a random tiny model rarely writes a label: then the draft keeps its text and is unparsed
         assert d.answer in ARC.labels if d.parsed else ARC.parse(d.answer) == ""
     for method in ("standard", "closed_book", "speculative"):

@@ -9,14 +9,24 @@ from specrag_jax.pipeline.evaluation import SHORT_RESPONSE_WORDS, draft_format
 
 
 def _draft(answer: str, parsed: bool = True) -> Draft:
-    return Draft(index=0, doc_ids=[], text="", rationale="r" if parsed else "", answer=answer, parsed=parsed,
-                 draft_logprob=0.0, draft_tokens=1)
+    return Draft(
+        index=0,
+        doc_ids=[],
+        text="",
+        rationale="r" if parsed else "",
+        answer=answer,
+        parsed=parsed,
+        draft_logprob=0.0,
+        draft_tokens=1,
+    )
 
 
 def test_shares_over_all_drafts():
     long = " ".join(["word"] * (SHORT_RESPONSE_WORDS + 1))
-    verified = [([_draft("Paris"), _draft(long + " Paris")], {"ground_truth": ["Paris"]}),
-                ([_draft("Rome", parsed=False), _draft("Lyon")], {"ground_truth": ["Berlin"]})]
+    verified = [
+        ([_draft("Paris"), _draft(long + " Paris")], {"ground_truth": ["Paris"]}),
+        ([_draft("Rome", parsed=False), _draft("Lyon")], {"ground_truth": ["Berlin"]}),
+    ]
     out = draft_format(verified)
     assert out["n"] == 4
     assert out["parsed"] == pytest.approx(0.75)
@@ -31,7 +41,10 @@ def test_no_drafts():
 
 
 def test_closed_set_drafts_are_scored_by_their_task():
-    row = {"ground_truth": ["B"], "task": "arc_c", "choices": [{"label": "A", "text": "cat"},
-                                                                {"label": "B", "text": "dog"}]}
+    row = {
+        "ground_truth": ["B"],
+        "task": "arc_c",
+        "choices": [{"label": "A", "text": "cat"}, {"label": "B", "text": "dog"}],
+    }
     out = draft_format([([_draft("B"), _draft("A cat with a dog")], row)])  # substring match would count both
     assert out["correct"] == pytest.approx(0.5)

@@ -9,16 +9,26 @@ import pytest
 
 from specrag_jax.cli import main as cli_main
 from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline.drafter_data import (DrafterDataBuilder, draft_target, passes, rationale_checks,
-                                               teacher_prompt)
-from specrag_jax.pipeline.drafter_data import CHECKS
+from specrag_jax.pipeline.drafter_data import (
+    CHECKS,
+    DrafterDataBuilder,
+    draft_target,
+    passes,
+    rationale_checks,
+    teacher_prompt,
+)
 from specrag_jax.pipeline.drafting import draft_prompts
 from specrag_jax.pipeline.synthetic_questions import grounded, parse_question_answer, synthetic_rows
 
-ROW = {"question": "Who wrote Hamlet?", "ground_truth": ["William Shakespeare", "Shakespeare"],
-       "context": [{"title": "Hamlet", "text": "Hamlet is a tragedy by William Shakespeare."},
-                   {"title": "Globe", "text": "The Globe theatre was in London."},
-                   {"title": "Verona", "text": "Romeo and Juliet is set in Verona."}]}
+ROW = {
+    "question": "Who wrote Hamlet?",
+    "ground_truth": ["William Shakespeare", "Shakespeare"],
+    "context": [
+        {"title": "Hamlet", "text": "Hamlet is a tragedy by William Shakespeare."},
+        {"title": "Globe", "text": "The Globe theatre was in London."},
+        {"title": "Verona", "text": "Romeo and Juliet is set in Verona."},
+    ],
+}
 
 
 class ScriptedTeacher:
@@ -69,24 +79,39 @@ def test_examples_use_drafting_prompts_and_record_checks(drafter):
 
 
 def test_bad_rows_and_long_examples_are_skipped_with_their_reason(drafter):
-    builder = DrafterDataBuilder(drafter, ScriptedTeacher(["It is [1].", "no idea"]), two_subsets,
-                                 max_doc_tokens=40, max_tokens=50, require="either")
+    builder = DrafterDataBuilder(
+        drafter,
+        ScriptedTeacher(["It is [1].", "no idea"]),
+        two_subsets,
+        max_doc_tokens=40,
+        max_tokens=50,
+        require="either",
+    )
     assert builder.examples({"question": "Q?", "context": ["a passage"]}) == []
     assert builder.examples({"question": " ", "ground_truth": ["x"], "context": ["p"]}) == []
     assert builder.examples({"question": "Q?", "ground_truth": ["x"]}) == []
-    assert builder.stats.skipped_rows == {"missing answers (ground_truth)": 1, "missing question": 1,
-                                          "missing passages (context)": 1}
+    assert builder.stats.skipped_rows == {
+        "missing answers (ground_truth)": 1,
+        "missing question": 1,
+        "missing passages (context)": 1,
+    }
     assert builder.examples(ROW) == []  # the char-level prompt is far longer than 50 tokens
-    assert builder.stats.rejected == {"longer than max_tokens (50)": 1,
-                                      "rationale neither mentions the answer nor cites a document": 1}
+    assert builder.stats.rejected == {
+        "longer than max_tokens (50)": 1,
+        "rationale neither mentions the answer nor cites a document": 1,
+    }
 
 
 def test_the_required_check_decides_what_is_kept(drafter):
     assert passes(["answer"], "answer") and not passes(["citation"], "answer")
     assert passes(["citation"], "either") and not passes(["citation"], "both") and passes(list(CHECKS), "both")
     contradiction = "Yes, per [1] it was Marlowe."  # cites a document, names no gold answer
-    outs = {req: DrafterDataBuilder(drafter, ScriptedTeacher([contradiction, contradiction]), two_subsets,
-                                    max_doc_tokens=200, require=req) for req in ("answer", "either")}
+    outs = {
+        req: DrafterDataBuilder(
+            drafter, ScriptedTeacher([contradiction, contradiction]), two_subsets, max_doc_tokens=200, require=req
+        )
+        for req in ("answer", "either")
+    }
     assert outs["answer"].examples(ROW) == [] and len(outs["either"].examples(ROW)) == 2
     assert outs["answer"].stats.rejected == {"rationale fails the required check (answer; passed: citation)": 2}
     with pytest.raises(SpecRagError, match="require must be one of"):
@@ -120,8 +145,23 @@ def test_cli_writes_exact_prompts_with_real_models(tmp_path):
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps(ROW) + "\n" + json.dumps({"question": "No passages?", "ground_truth": ["x"]}) + "\n")
     out = tmp_path / "out" / "drafter.jsonl"
-    rc = cli_main(["make-drafter-data", "--data", str(data), "--out", str(out), "--drafter", "smollm2-135m-instruct",
-                   "--teacher", "smollm2-135m-instruct", "--m", "2", "-q", "--json"])
+    rc = cli_main(
+        [
+            "make-drafter-data",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--drafter",
+            "smollm2-135m-instruct",
+            "--teacher",
+            "smollm2-135m-instruct",
+            "--m",
+            "2",
+            "-q",
+            "--json",
+        ]
+    )
     if rc == 0:
         summary = json.loads((out.parent / "drafter.jsonl.summary.json").read_text())
         assert summary["skipped_rows"] == {"missing passages (context)": 1} and summary["rows"] == 2
@@ -137,7 +177,11 @@ def test_cli_writes_exact_prompts_with_real_models(tmp_path):
 def test_cli_refuses_bad_input_in_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"query": "no question field"}) + "\n")
-    assert cli_main(["make-drafter-data", "--data", str(bad), "--out", str(tmp_path / "o.jsonl"),
-                     "--drafter", "tiny:llama"]) == 2
+    assert (
+        cli_main(
+            ["make-drafter-data", "--data", str(bad), "--out", str(tmp_path / "o.jsonl"), "--drafter", "tiny:llama"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.startswith("specrag: error:") and "'question'" in err and "\n" not in err

@@ -14,10 +14,26 @@ DATA = Path(__file__).parent / "data" / "mini_eval.jsonl"
 
 @pytest.mark.slow
 def test_eval_json_contract(capsys, tmp_path):
-    code = main(["eval", "--data", str(DATA), "--methods", "closed_book,standard,speculative,drafter_only,random_draft",
-                 "--limit", "2",
-                 "--drafter", "smollm2-135m-instruct", "--verifier", "smollm2-135m-instruct", "--m", "2",
-                 "--json", "--out", str(tmp_path)])
+    code = main(
+        [
+            "eval",
+            "--data",
+            str(DATA),
+            "--methods",
+            "closed_book,standard,speculative,drafter_only,random_draft",
+            "--limit",
+            "2",
+            "--drafter",
+            "smollm2-135m-instruct",
+            "--verifier",
+            "smollm2-135m-instruct",
+            "--m",
+            "2",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     res = json.loads(out)
@@ -52,21 +68,24 @@ def test_eval_json_contract(capsys, tmp_path):
     assert all(1 <= len(p["drafts"]) <= 2 for p in predictions if p["method"] == "speculative")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--data", "/nonexistent.jsonl"], "evaluation data file does not exist"),
-    (["--data", str(DATA), "--limit", "0"], "--limit must be >= 1"),
-    (["--data", str(DATA), "--offset", "-1"], "--offset must be >= 0"),
-    (["--data", str(DATA), "--offset", "100000"], "leaves no questions"),
-    (["--data", str(DATA), "--split", "heldout", "--holdout-fraction", "0"], "leaves no questions"),
-    (["--data", str(DATA), "--split", "train", "--holdout-fraction", "2"], "holdout-fraction must be in"),
-    (["--data", str(DATA), "--m", "0"], "m (number of drafts) must be >= 1"),
-    (["--data", str(DATA), "--terms", "draft,nope"], "score terms"),
-    (["--data", str(DATA), "--selection", "vote"], "unknown selection 'vote'; choose one of rho, evidence"),
-    (["--data", str(DATA), "--tau-min", "1.5"], "tau_min must be in [0, 1] (got 1.5)"),
-    (["--data", str(DATA), "--tau-min", "high"], "--tau-min must be a number in [0, 1] or 'none'"),
-    (["--data", str(DATA), "--max-seq-len", "8"], "--max-seq-len must be >= 64"),
-    (["--data", str(DATA), "--drafter-adapter", "/nonexistent/adapter"], "adapter not found: /nonexistent/adapter"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data", "/nonexistent.jsonl"], "evaluation data file does not exist"),
+        (["--data", str(DATA), "--limit", "0"], "--limit must be >= 1"),
+        (["--data", str(DATA), "--offset", "-1"], "--offset must be >= 0"),
+        (["--data", str(DATA), "--offset", "100000"], "leaves no questions"),
+        (["--data", str(DATA), "--split", "heldout", "--holdout-fraction", "0"], "leaves no questions"),
+        (["--data", str(DATA), "--split", "train", "--holdout-fraction", "2"], "holdout-fraction must be in"),
+        (["--data", str(DATA), "--m", "0"], "m (number of drafts) must be >= 1"),
+        (["--data", str(DATA), "--terms", "draft,nope"], "score terms"),
+        (["--data", str(DATA), "--selection", "vote"], "unknown selection 'vote'; choose one of rho, evidence"),
+        (["--data", str(DATA), "--tau-min", "1.5"], "tau_min must be in [0, 1] (got 1.5)"),
+        (["--data", str(DATA), "--tau-min", "high"], "--tau-min must be a number in [0, 1] or 'none'"),
+        (["--data", str(DATA), "--max-seq-len", "8"], "--max-seq-len must be >= 64"),
+        (["--data", str(DATA), "--drafter-adapter", "/nonexistent/adapter"], "adapter not found: /nonexistent/adapter"),
+    ],
+)
 def test_eval_bad_input(capsys, args, message):
     assert main(["eval"] + args) == 2
     err = capsys.readouterr().err.strip().splitlines()

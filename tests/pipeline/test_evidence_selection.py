@@ -12,18 +12,32 @@ import pytest
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.prompts import EVIDENCE_REFLECTION_PROMPT, evidence_block
-from specrag_jax.pipeline.selection import (EVIDENCE_TERMS, SELECTIONS, ScoreOptions, best_answer, check_selection,
-                                            score_drafts, select, selection_confidence, selection_scores, support)
+from specrag_jax.pipeline.selection import (
+    EVIDENCE_TERMS,
+    SELECTIONS,
+    ScoreOptions,
+    best_answer,
+    check_selection,
+    score_drafts,
+    select,
+    selection_confidence,
+    selection_scores,
+    support,
+)
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
 from specrag_jax.pipeline.verification import verify_drafts
 from specrag_jax.pipeline.verifier_prompts import evidence_scoring_prompt
 from specrag_jax.serving.tiny import tiny_text_model
 
-CHATML = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-          "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-DOCS = [{"id": "a", "title": "Paris", "text": "Paris is the capital of France."},
-        {"id": "b", "title": "Lyon", "text": "Lyon is a city in France."},
-        {"id": "c", "title": "", "text": "Marseille has a port."}]
+CHATML = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+DOCS = [
+    {"id": "a", "title": "Paris", "text": "Paris is the capital of France."},
+    {"id": "b", "title": "Lyon", "text": "Lyon is a city in France."},
+    {"id": "c", "title": "", "text": "Marseille has a port."},
+]
 
 
 def draft(i, answer, ev_yes=-0.1, ev_no=-2.5, ev_sc=-3.0, dlp=-2.0, parsed=True):
@@ -33,8 +47,12 @@ def draft(i, answer, ev_yes=-0.1, ev_no=-2.5, ev_sc=-3.0, dlp=-2.0, parsed=True)
 
 
 def test_answer_level_aggregation_pools_agreeing_drafts():
-    drafts = [draft(0, "Lyon", ev_yes=-0.05, ev_no=-3.0), draft(1, "Paris", ev_yes=-0.4, ev_no=-1.1),
-              draft(2, "the Paris", ev_yes=-0.3, ev_no=-1.3), draft(3, "paris.", ev_yes=-0.5, ev_no=-1.0)]
+    drafts = [
+        draft(0, "Lyon", ev_yes=-0.05, ev_no=-3.0),
+        draft(1, "Paris", ev_yes=-0.4, ev_no=-1.1),
+        draft(2, "the Paris", ev_yes=-0.3, ev_no=-1.3),
+        draft(3, "paris.", ev_yes=-0.5, ev_no=-1.0),
+    ]
     assert select(copy.deepcopy(drafts), "evidence", ScoreOptions()).answer == "Lyon"  # the single best draft
     chosen = select(drafts, "evidence+agg", ScoreOptions())
     assert chosen.index == 2  # Paris pools three drafts; its best-scoring draft represents it
@@ -49,8 +67,11 @@ def test_aggregation_ignores_unparsed_drafts_and_falls_back_to_best():
 
 
 def test_support_weights_agreement_by_evidence_yes():
-    drafts = [draft(0, "Paris", ev_yes=math.log(0.9), ev_no=math.log(0.1)),
-              draft(1, "Paris", ev_yes=math.log(0.6), ev_no=math.log(0.4)), draft(2, "Lyon")]
+    drafts = [
+        draft(0, "Paris", ev_yes=math.log(0.9), ev_no=math.log(0.1)),
+        draft(1, "Paris", ev_yes=math.log(0.6), ev_no=math.log(0.4)),
+        draft(2, "Lyon"),
+    ]
     assert support(drafts[0], drafts) == pytest.approx((0.9 + 0.6) / 3)
     assert support(draft(0, "x", parsed=False), drafts) == 0.0
     chosen = select(drafts, "evidence+agg", ScoreOptions())
@@ -88,12 +109,15 @@ def test_evidence_prompt_puts_the_passages_between_question_and_draft(verifier):
 
 def test_packed_evidence_pass_equals_one_branch_at_a_time(verifier):
     model, chat = verifier
-    drafts = [Draft(i, [DOCS[i]["id"], DOCS[(i + 1) % 3]["id"]], "", f"Doc {i} says so.", a, True, -1.0, 3)
-              for i, a in enumerate(["Paris", "Lyon", "Marseille"])]
+    drafts = [
+        Draft(i, [DOCS[i]["id"], DOCS[(i + 1) % 3]["id"]], "", f"Doc {i} says so.", a, True, -1.0, 3)
+        for i, a in enumerate(["Paris", "Lyon", "Marseille"])
+    ]
     evidence = [[DOCS[i], DOCS[(i + 1) % 3]] for i in range(3)]
     trace = verify_drafts(model, "Which city?", drafts, chat=chat, evidence=evidence)
-    assert trace["evidence_tree_tokens"] > sum(len(model.tokenizer.encode(evidence_block(e), add_bos=False))
-                                               for e in evidence)
+    assert trace["evidence_tree_tokens"] > sum(
+        len(model.tokenizer.encode(evidence_block(e), add_bos=False)) for e in evidence
+    )
     for d, docs in zip(drafts, evidence):
         alone = copy.deepcopy(d)
         verify_drafts(model, "Which city?", [alone], chat=chat, evidence=[docs])
@@ -110,14 +134,23 @@ def test_packed_evidence_pass_equals_one_branch_at_a_time(verifier):
 def test_speculative_with_evidence_selection_and_the_cascade_fallback(verifier):
     model, chat = verifier
     subsets = lambda q, docs, k, m, s: ([[0, 1], [1, 2], [2, 0]], {})  # noqa: E731
-    cfg = RAGConfig(m=3, max_draft_tokens=6, max_answer_tokens=4, selection="evidence+agg", tau_min=None,
-                    verifier_prompt="chat" if chat else "plain")
+    cfg = RAGConfig(
+        m=3,
+        max_draft_tokens=6,
+        max_answer_tokens=4,
+        selection="evidence+agg",
+        tau_min=None,
+        verifier_prompt="chat" if chat else "plain",
+    )
     rag = SpecRAG(model, model, subsets=subsets, config=cfg)
     res = rag.answer("Which city?", docs=DOCS)
     assert "evidence_verification_s" in res.trace and "verification_s" not in res.trace
     assert res.trace["selection"] == "evidence+agg" and res.trace["path"] == "verified_draft"
-    assert res.trace["confidence"] == pytest.approx(selection_confidence(
-        next(d for d in res.drafts if d.index == res.trace["chosen_draft"]), res.drafts, "evidence+agg"))
+    assert res.trace["confidence"] == pytest.approx(
+        selection_confidence(
+            next(d for d in res.drafts if d.index == res.trace["chosen_draft"]), res.drafts, "evidence+agg"
+        )
+    )
     cfg.tau_min = 1.0  # no draft can clear it: the answer is standard RAG's, decoded through the lossless path
     fb = rag.answer("Which city?", docs=DOCS)
     std = rag.answer("Which city?", docs=DOCS, method="standard")

@@ -14,8 +14,11 @@ from specrag_jax.pipeline.holdout import heldout_indices, split_rows
 
 
 def _rows(counts: dict[str, int]) -> list[dict]:
-    return [{"question_id": f"{s}_{i}", "data_source": s, "question": f"q {s} {i}"}
-            for s, n in counts.items() for i in range(n)]
+    return [
+        {"question_id": f"{s}_{i}", "data_source": s, "question": f"q {s} {i}"}
+        for s, n in counts.items()
+        for i in range(n)
+    ]
 
 
 def test_sorted_file_splits_every_source():
@@ -28,8 +31,12 @@ def test_sorted_file_splits_every_source():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 30), min_size=1),
-       st.floats(0.0, 1.0), st.integers(0, 5), st.randoms(use_true_random=False))
+@given(
+    st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 30), min_size=1),
+    st.floats(0.0, 1.0),
+    st.integers(0, 5),
+    st.randoms(use_true_random=False),
+)
 def test_partition_order_free_and_stratified(counts, fraction, seed, rnd: random.Random):
     rows = _rows(counts)
     held = split_rows(rows, "heldout", fraction, seed)
@@ -39,8 +46,9 @@ def test_partition_order_free_and_stratified(counts, fraction, seed, rnd: random
         assert sum(r["data_source"] == s for r in held) == int(round(fraction * n))
     shuffled = list(rows)
     rnd.shuffle(shuffled)  # membership depends on the rows, not on the file order
-    assert {r["question_id"] for r in split_rows(shuffled, "heldout", fraction, seed)} == \
-        {r["question_id"] for r in held}
+    assert {r["question_id"] for r in split_rows(shuffled, "heldout", fraction, seed)} == {
+        r["question_id"] for r in held
+    }
     assert [r for r in rows if r in held] == held  # original order kept
 
 

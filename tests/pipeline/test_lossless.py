@@ -63,8 +63,26 @@ def test_cascade_fallback_regenerates_through_the_lossless_path(rag):
 
 @pytest.mark.slow
 def test_eval_json_carries_the_speculation_contract(capsys, tmp_path):
-    code = main(["eval", "--data", str(DATA), "--methods", "standard,lossless", "--limit", "2", "--drafter", SMOL,
-                 "--verifier", SMOL, "--m", "2", "--json", "--out", str(tmp_path)])
+    code = main(
+        [
+            "eval",
+            "--data",
+            str(DATA),
+            "--methods",
+            "standard,lossless",
+            "--limit",
+            "2",
+            "--drafter",
+            SMOL,
+            "--verifier",
+            SMOL,
+            "--m",
+            "2",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     res = json.loads(out)
@@ -80,19 +98,36 @@ def test_eval_json_carries_the_speculation_contract(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_ask_lossless_json(capsys):
-    code = main(["ask", "What is the capital of France?", "--method", "lossless", "--drafter", SMOL,
-                 "--verifier", SMOL, "--m", "2", "--json", "-q"])
+    code = main(
+        [
+            "ask",
+            "What is the capital of France?",
+            "--method",
+            "lossless",
+            "--drafter",
+            SMOL,
+            "--verifier",
+            SMOL,
+            "--m",
+            "2",
+            "--json",
+            "-q",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     obj = json.loads(out)
     assert obj["method"] == "lossless" and obj["trace"]["speculation"]["steps"] >= 1
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--proposer", "medusa"], "unknown proposer 'medusa'"),
-    (["--spec-budget", "12"], "tree budget must be one of 8, 16, 32, 64"),
-    (["--method", "lossy"], "unknown method 'lossy'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--proposer", "medusa"], "unknown proposer 'medusa'"),
+        (["--spec-budget", "12"], "tree budget must be one of 8, 16, 32, 64"),
+        (["--method", "lossy"], "unknown method 'lossy'"),
+    ],
+)
 def test_bad_lossless_settings_are_one_line_errors(capsys, args, message):
     assert main(["ask", "What is the capital of France?"] + args) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -114,14 +149,19 @@ class _WordTokenizer:
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
         words = text.split(" ")
-        return [self.vocab.setdefault(("▁" if i or text.startswith(" ") else "") + w, len(self.vocab))
-                for i, w in enumerate(words) if w]
+        return [
+            self.vocab.setdefault(("▁" if i or text.startswith(" ") else "") + w, len(self.vocab))
+            for i, w in enumerate(words)
+            if w
+        ]
 
 
 def test_draft_streams_and_proposals_follow_the_drafts():
     tok = _WordTokenizer()
-    drafts = [Draft(0, ["a"], "", "Paris is the capital of France.", "Paris", True, -1.0, 3),
-              Draft(1, ["b"], "", "", "Lyon", True, -1.0, 3)]
+    drafts = [
+        Draft(0, ["a"], "", "Paris is the capital of France.", "Paris", True, -1.0, 3),
+        Draft(1, ["b"], "", "", "Lyon", True, -1.0, 3),
+    ]
     streams = draft_token_streams(tok, drafts)
     assert len(streams) == 6  # answer and rationale of draft 0, answer of draft 1, each with and without a space
     spec = lossless_speculation(tok, drafts, "drafts", 8)

@@ -25,17 +25,25 @@ def smol():
 
 
 def test_packed_verification_equals_separate_passes(smol):
-    drafts = [Draft(i, [], "", r, a, True, -1.0, 3) for i, (r, a) in enumerate([
-        ("The first document says Paris is the capital of France.", "Paris"),
-        ("Lyon is in France.", "Lyon"),
-        ("garbage \x00 ## ## Response", ""),
-    ])]
+    drafts = [
+        Draft(i, [], "", r, a, True, -1.0, 3)
+        for i, (r, a) in enumerate(
+            [
+                ("The first document says Paris is the capital of France.", "Paris"),
+                ("Lyon is in France.", "Lyon"),
+                ("garbage \x00 ## ## Response", ""),
+            ]
+        )
+    ]
     verify_drafts(smol, QUESTION, drafts)  # one packed pass
     for d in drafts:
         alone = Draft(d.index, [], "", d.rationale, d.answer, True, -1.0, 3)
         verify_drafts(smol, QUESTION, [alone])  # its own pass
-        np.testing.assert_allclose([d.sc_logprob, d.sr_logprob, d.sr_no_logprob],
-                                   [alone.sc_logprob, alone.sr_logprob, alone.sr_no_logprob], atol=1e-4)
+        np.testing.assert_allclose(
+            [d.sc_logprob, d.sr_logprob, d.sr_no_logprob],
+            [alone.sc_logprob, alone.sr_logprob, alone.sr_no_logprob],
+            atol=1e-4,
+        )
         assert d.sc_tokens == alone.sc_tokens
     assert drafts[0].sc_logprob > drafts[2].sc_logprob or drafts[2].sc_tokens > drafts[0].sc_tokens
     assert smol.runner.allocator.num_free == smol.runner.allocator.num_usable

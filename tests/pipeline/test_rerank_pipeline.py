@@ -27,30 +27,37 @@ class WordOverlap:
     def score(self, question, docs):
         words = set(re.findall(r"\w+", question.lower()))
         self.scored += [d["id"] for d in docs]
-        return [float(len(words & set(re.findall(r"\w+", (d.get("title", "") + " " + d["text"]).lower()))))
-                for d in docs]
+        return [
+            float(len(words & set(re.findall(r"\w+", (d.get("title", "") + " " + d["text"]).lower())))) for d in docs
+        ]
 
 
 @pytest.fixture(scope="module")
 def tiny_models():
     from specrag_jax.serving.tiny import tiny_text_model
 
-    return (tiny_text_model("tiny:llama", seed=1, num_pages=96, page_size=16, max_seq_len=1024),
-            tiny_text_model("tiny:llama", seed=2, num_pages=96, page_size=16, max_seq_len=1024))
+    return (
+        tiny_text_model("tiny:llama", seed=1, num_pages=96, page_size=16, max_seq_len=1024),
+        tiny_text_model("tiny:llama", seed=2, num_pages=96, page_size=16, max_seq_len=1024),
+    )
 
 
 def small_config(**kw) -> RAGConfig:
-    return RAGConfig(**{"n_docs": 2, "m": 2, "k": 1, "max_draft_tokens": 4, "max_answer_tokens": 3,
-                        "max_doc_tokens": 40, **kw})
+    return RAGConfig(
+        **{"n_docs": 2, "m": 2, "k": 1, "max_draft_tokens": 4, "max_answer_tokens": 3, "max_doc_tokens": 40, **kw}
+    )
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(rerank="bm25"), "unknown rerank mode 'bm25'; choose one of none, kv, recompute"),
-    (dict(reranker=""), "reranker must be a model name"),
-    (dict(n_coarse=0), "n_coarse (candidates to rerank) must be >= 1"),
-    (dict(rerank_group=0), "rerank group size must be >= 1"),
-    (dict(rerank_patience=0), "rerank patience must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(rerank="bm25"), "unknown rerank mode 'bm25'; choose one of none, kv, recompute"),
+        (dict(reranker=""), "reranker must be a model name"),
+        (dict(n_coarse=0), "n_coarse (candidates to rerank) must be >= 1"),
+        (dict(rerank_group=0), "rerank group size must be >= 1"),
+        (dict(rerank_patience=0), "rerank patience must be >= 1"),
+    ],
+)
 def test_rerank_config_out_of_range(kwargs, message):
     with pytest.raises(SpecRagError, match=re.escape(message)):
         RAGConfig(**kwargs).check()
@@ -63,13 +70,28 @@ def test_reranking_needs_a_reranker():
 
 
 def test_given_and_searched_documents_are_reranked(tiny_models):
-    docs = [{"id": f"d{i}", "title": "", "text": t} for i, t in enumerate(
-        ["Oslo is in Norway.", "Lyon is a city.", "Paris is the capital of France.", "Rome is old.",
-         "France has a capital.", "Berlin is big."])]
+    docs = [
+        {"id": f"d{i}", "title": "", "text": t}
+        for i, t in enumerate(
+            [
+                "Oslo is in Norway.",
+                "Lyon is a city.",
+                "Paris is the capital of France.",
+                "Rome is old.",
+                "France has a capital.",
+                "Berlin is big.",
+            ]
+        )
+    ]
     scorer = WordOverlap()
-    rag = SpecRAG(tiny_models[0], tiny_models[1], subsets=lambda *a: ([], {}), search=lexical_search(
-        LexicalIndex.build(docs)), config=small_config(rerank="recompute", n_coarse=3, rerank_group=2,
-                                                      rerank_patience=math.inf), reranker=scorer)
+    rag = SpecRAG(
+        tiny_models[0],
+        tiny_models[1],
+        subsets=lambda *a: ([], {}),
+        search=lexical_search(LexicalIndex.build(docs)),
+        config=small_config(rerank="recompute", n_coarse=3, rerank_group=2, rerank_patience=math.inf),
+        reranker=scorer,
+    )
     trace: dict = {}
     got = rag._documents("What is the capital of France?", docs, [], trace)
     assert [d["id"] for d in got] == ["d2", "d4"] and trace["documents"] == ["d2", "d4"]
@@ -83,8 +105,13 @@ def test_given_and_searched_documents_are_reranked(tiny_models):
 
 
 def test_every_method_pays_for_the_rerank_stage(tiny_models):
-    rag = SpecRAG(tiny_models[0], tiny_models[1], subsets=lambda q, d, k, m, s: ([[0], [1]], {}),
-                  config=small_config(rerank="kv", rerank_group=1, rerank_patience=1), reranker=WordOverlap())
+    rag = SpecRAG(
+        tiny_models[0],
+        tiny_models[1],
+        subsets=lambda q, d, k, m, s: ([[0], [1]], {}),
+        config=small_config(rerank="kv", rerank_group=1, rerank_patience=1),
+        reranker=WordOverlap(),
+    )
     docs = ["Paris is the capital of France.", "Lyon is a city.", "Oslo is in Norway.", "Rome is old."]
     out = rag.answer_methods("What is the capital of France?", docs, ["standard", "drafter_only"])
     for ans in out.values():
@@ -108,9 +135,14 @@ def test_evaluate_from_a_corpus_reports_recall_and_early_termination(tiny_models
     rows = load_questions(DATA)
     corpus = pool_passages(rows)
     scorer = WordOverlap()
-    rag = SpecRAG(tiny_models[0], tiny_models[1], subsets=clustered_subsets(Embedder(tiny_models[0])),
-                  search=lexical_search(LexicalIndex.build(corpus)),
-                  config=small_config(rerank="kv", n_coarse=5, rerank_group=1, rerank_patience=1), reranker=scorer)
+    rag = SpecRAG(
+        tiny_models[0],
+        tiny_models[1],
+        subsets=clustered_subsets(Embedder(tiny_models[0])),
+        search=lexical_search(LexicalIndex.build(corpus)),
+        config=small_config(rerank="kv", n_coarse=5, rerank_group=1, rerank_patience=1),
+        reranker=scorer,
+    )
     res = evaluate(rag, rows, ["closed_book", "standard"], progress=False, corpus=corpus)
     std = res["methods"]["standard"]
     assert "recall_own_passages" not in res["methods"]["closed_book"]
@@ -121,12 +153,14 @@ def test_evaluate_from_a_corpus_reports_recall_and_early_termination(tiny_models
     pred = [p for p in res["predictions"] if p["method"] == "standard"]
     assert all(len(p["documents"]) == 2 and p["rerank"]["mode"] == "kv" for p in pred)
     # Paris question: the pooled top 2 by overlap hold its own "Paris" passage (1 of its 3)
-    assert pred[0]["recall_own_passages"] == pytest.approx(own_passage_recall(
-        own_passages(rows[0]), [passage_key(d) for d in corpus if d["id"] in pred[0]["documents"]]))
+    assert pred[0]["recall_own_passages"] == pytest.approx(
+        own_passage_recall(own_passages(rows[0]), [passage_key(d) for d in corpus if d["id"] in pred[0]["documents"]])
+    )
 
 
-@pytest.mark.parametrize("reranker, role", [(None, "drafter"), ("v", "verifier"), ("verifier", "verifier"),
-                                            ("other-model", None)])
+@pytest.mark.parametrize(
+    "reranker, role", [(None, "drafter"), ("v", "verifier"), ("verifier", "verifier"), ("other-model", None)]
+)
 def test_build_specrag_builds_the_reranker(monkeypatch, tiny_models, reranker, role):
     from specrag_jax.pipeline import factory
 
@@ -148,8 +182,10 @@ def test_build_specrag_builds_the_reranker(monkeypatch, tiny_models, reranker, r
     assert made == [{"store": ("store", "kv"), "mode": "kv", "max_doc_tokens": 160, "cache_docs": 64}]
     extra = factory.reranker_pages(cfg)
     assert extra == 74 * 18  # (64 cached + a group of 10) documents of up to 160 + 128 tokens, 16 per page
-    want = [("d", factory.pool_pages(2, 2048, extra) if role == "drafter" else None),
-            ("v", factory.pool_pages(2, 2048, extra) if role == "verifier" else None)]
+    want = [
+        ("d", factory.pool_pages(2, 2048, extra) if role == "drafter" else None),
+        ("v", factory.pool_pages(2, 2048, extra) if role == "verifier" else None),
+    ]
     assert loads == want + ([] if role else [("other-model", factory.pool_pages(1, 2048, extra))])
     none = factory.build_specrag("d", "v", corpus=docs, config=RAGConfig())
     assert none.reranker is None and loads[-2:] == [("d", None), ("v", None)]

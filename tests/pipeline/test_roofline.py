@@ -58,18 +58,42 @@ def test_tree_pairs_grow_with_the_prefix():
 
 
 def _trace(**extra):
-    return {"clustering_s": 1.0, "clustering_tokens": 300, "clustering_steps": 1, "clustering_question_tokens": 20,
-            "clustering_docs": 10, "num_subsets": 5, "drafting_s": 2.0, "drafter_prefill_tokens": 900,
-            "drafter_shared_prefix_tokens": 50, "drafter_decode_tokens": 200, "drafter_decode_steps": 45,
-            "evidence_verification_s": 3.0, "evidence_prefix_tokens": 40, "evidence_tree_tokens": 1200, **extra}
+    return {
+        "clustering_s": 1.0,
+        "clustering_tokens": 300,
+        "clustering_steps": 1,
+        "clustering_question_tokens": 20,
+        "clustering_docs": 10,
+        "num_subsets": 5,
+        "drafting_s": 2.0,
+        "drafter_prefill_tokens": 900,
+        "drafter_shared_prefix_tokens": 50,
+        "drafter_decode_tokens": 200,
+        "drafter_decode_steps": 45,
+        "evidence_verification_s": 3.0,
+        "evidence_prefix_tokens": 40,
+        "evidence_tree_tokens": 1200,
+        **extra,
+    }
 
 
 def test_stage_table_of_a_speculative_trace():
     mc = _cost()
-    table = roofline(_trace(generation_s=4.0, verifier_prefill_tokens=800, verifier_decode_tokens=10,
-                            verifier_decode_s=1.0), mc, mc, "speculative", PEAKS)
-    assert set(table) == {"clustering", "drafting", "evidence_verification", "fallback", "fallback.prefill",
-                          "fallback.decode"}
+    table = roofline(
+        _trace(generation_s=4.0, verifier_prefill_tokens=800, verifier_decode_tokens=10, verifier_decode_s=1.0),
+        mc,
+        mc,
+        "speculative",
+        PEAKS,
+    )
+    assert set(table) == {
+        "clustering",
+        "drafting",
+        "evidence_verification",
+        "fallback",
+        "fallback.prefill",
+        "fallback.decode",
+    }
     for row in table.values():
         assert row["bound_s"] > 0 and row["ratio"] == pytest.approx(row["measured_s"] / row["bound_s"], rel=1e-2)
         assert row["bound_s"] == pytest.approx(max(row["compute_s"], row["memory_s"]), rel=1e-3)

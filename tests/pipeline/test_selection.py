@@ -18,13 +18,16 @@ def draft(i, answer="Paris", parsed=True, dlp=-2.0, dn=4, sc=-3.0, sn=6, yes=-0.
     return Draft(i, [str(i)], "", "because", answer, parsed, dlp, dn, sc, sn, yes, no)
 
 
-@pytest.mark.parametrize("text, rationale, answer, ok", [
-    (" It is in France.\n## Response: Paris\n", "It is in France.", "Paris", True),
-    ("## Rationale: x y\n## Response:  42 \n## Rationale: again", "x y", "42", True),
-    ("no format at all", "no format at all", "no format at all", False),
-    ("", "", "", False),
-    ("\x00\x01 ### response", "\x00\x01", "", False),
-])
+@pytest.mark.parametrize(
+    "text, rationale, answer, ok",
+    [
+        (" It is in France.\n## Response: Paris\n", "It is in France.", "Paris", True),
+        ("## Rationale: x y\n## Response:  42 \n## Rationale: again", "x y", "42", True),
+        ("no format at all", "no format at all", "no format at all", False),
+        ("", "", "", False),
+        ("\x00\x01 ### response", "\x00\x01", "", False),
+    ],
+)
 def test_parse_draft_never_raises(text, rationale, answer, ok):
     p = parse_draft(text)
     assert (p.rationale, p.answer, p.ok) == (rationale, answer, ok)
@@ -57,13 +60,16 @@ def test_consensus_and_confidence():
     assert 0.0 < confidence(draft(0)) < 1.0 and confidence(draft(0, parsed=False)) == 0.0
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(m=0), "m (number of drafts) must be >= 1"),
-    (dict(k=0), "k (number of clusters) must be >= 1"),
-    (dict(n_docs=0), "n_docs must be >= 1"),
-    (dict(tau_min=1.5), "tau_min"),
-    (dict(fallback="guess"), "fallback"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(m=0), "m (number of drafts) must be >= 1"),
+        (dict(k=0), "k (number of clusters) must be >= 1"),
+        (dict(n_docs=0), "n_docs must be >= 1"),
+        (dict(tau_min=1.5), "tau_min"),
+        (dict(fallback="guess"), "fallback"),
+    ],
+)
 def test_config_out_of_range(kwargs, message):
     with pytest.raises(SpecRagError, match=re.escape(message)):
         RAGConfig(**kwargs).check()

@@ -16,16 +16,31 @@ from specrag_jax.serving.tiny import tiny_text_model
 
 DEV = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "retrievalqa_dev.jsonl"
 MINI = Path(__file__).parent / "data" / "mini_eval.jsonl"
-TINY = ["--drafter", "tiny:llama", "--verifier", "tiny:gemma3", "--max-seq-len", "1024", "--n-docs", "3",
-        "--m", "2", "--k", "2", "--quiet"]
+TINY = [
+    "--drafter",
+    "tiny:llama",
+    "--verifier",
+    "tiny:gemma3",
+    "--max-seq-len",
+    "1024",
+    "--n-docs",
+    "3",
+    "--m",
+    "2",
+    "--k",
+    "2",
+    "--quiet",
+]
 METHODS = "standard,speculative,drafter_only"
 
 
 @pytest.fixture
 def tiny_cli(monkeypatch):
     """The CLI on tiny random models, without the on-disk XLA cache (greedy decoding: deterministic)."""
-    models = {"tiny:llama": tiny_text_model("tiny:llama", seed=1, num_pages=192, page_size=16, max_seq_len=1024),
-              "tiny:gemma3": tiny_text_model("tiny:gemma3", seed=2, num_pages=192, page_size=16, max_seq_len=1024)}
+    models = {
+        "tiny:llama": tiny_text_model("tiny:llama", seed=1, num_pages=192, page_size=16, max_seq_len=1024),
+        "tiny:gemma3": tiny_text_model("tiny:gemma3", seed=2, num_pages=192, page_size=16, max_seq_len=1024),
+    }
     monkeypatch.setattr(TextModel, "load", classmethod(lambda cls, name, **kw: models[name]))
     monkeypatch.setattr("specrag_jax.cli.enable_compilation_cache", lambda: None)
 
@@ -57,7 +72,10 @@ def test_converted_formats_give_the_retrievalqa_accuracies(tmp_path, capsys, tin
     assert table == json.loads((out / "table.json").read_text())
     assert table["columns"] == ["retrievalqa", "triviaqa", "musique"]
     assert [(f["format"], f["task"], f["n"], f["n_docs"], f["m"], f["k"]) for f in table["files"].values()] == [
-        ("retrievalqa", None, 3, 3, 2, 2), ("selfrag", "triviaqa", 3, 3, 2, 2), ("musique", "musique", 3, 3, 2, 2)]
+        ("retrievalqa", None, 3, 3, 2, 2),
+        ("selfrag", "triviaqa", 3, 3, 2, 2),
+        ("musique", "musique", 3, 3, 2, 2),
+    ]
     assert list(table["rows"]) == METHODS.split(",")
     for method, cells in table["rows"].items():
         assert len({c["accuracy"] for c in cells.values()}) == 1, (method, cells)
@@ -74,13 +92,31 @@ def test_converted_formats_give_the_retrievalqa_accuracies(tmp_path, capsys, tin
     assert "| speculative | " in md and "retrievalqa (n=3, retrievalqa)" in md and "| 74.24 | 31.57 |" in md
 
 
-ARC_ROWS = [{"id": "arc1", "question": "Which gas do plants take in?", "answerKey": "B",
-             "choices": {"label": ["A", "B", "C"], "text": ["oxygen", "carbon dioxide", "helium"]},
-             "ctxs": [{"title": "Leaves", "text": "Plants take in carbon dioxide."},
-                      {"title": "Air", "text": "Air holds oxygen."}, {"title": "Sun", "text": "Light."}]}]
-CLAIM_ROWS = [{"id": "ph1", "claim": "Vitamin C cures colds.", "label": "false",
-               "ctxs": [{"title": "Study", "text": "No cure was found."}, {"title": "Tea", "text": "Tea."},
-                        {"title": "Rest", "text": "Rest helps."}]}]
+ARC_ROWS = [
+    {
+        "id": "arc1",
+        "question": "Which gas do plants take in?",
+        "answerKey": "B",
+        "choices": {"label": ["A", "B", "C"], "text": ["oxygen", "carbon dioxide", "helium"]},
+        "ctxs": [
+            {"title": "Leaves", "text": "Plants take in carbon dioxide."},
+            {"title": "Air", "text": "Air holds oxygen."},
+            {"title": "Sun", "text": "Light."},
+        ],
+    }
+]
+CLAIM_ROWS = [
+    {
+        "id": "ph1",
+        "claim": "Vitamin C cures colds.",
+        "label": "false",
+        "ctxs": [
+            {"title": "Study", "text": "No cure was found."},
+            {"title": "Tea", "text": "Tea."},
+            {"title": "Rest", "text": "Rest helps."},
+        ],
+    }
+]
 
 
 def test_closed_set_files_and_repeated_data(tmp_path, capsys, tiny_cli):
@@ -98,16 +134,29 @@ def test_closed_set_files_and_repeated_data(tmp_path, capsys, tiny_cli):
             assert p["correct"] == (p["answer"] == {"arc_c": "B", "pubhealth": "false"}[column])
 
 
-@pytest.mark.parametrize("files, extra, message", [
-    ({}, [], "no evaluation files (*.jsonl or *.json) in the folder"),
-    ({"x.jsonl": [{"query": "q", "gold": "a"}]}, [], "x.jsonl, line 1: cannot tell the format"),
-    ({"arc.jsonl": [{**ARC_ROWS[0], "choices": {"label": ["A", "", "C"], "text": ["a", "b", "c"]}}]}, [],
-     "arc.jsonl, line 1: 'choices.label[1]' must be a non-empty string"),
-    ({"a.jsonl": [{"question": "q", "ground_truth": ["a"]}]}, ["--task", "nope"], "unknown task 'nope'"),
-    ({"a.jsonl": [{"question": "q", "ground_truth": ["a"], "choices": [{"text": "x"}]}]}, ["--task", "arc_c"],
-     "a.jsonl, line 1: 'choices[0].label' is missing or empty"),
-    ({"a.jsonl": [{"question": "q", "ground_truth": ["a"]}]}, ["--corpus", "c.jsonl"], "--corpus reads one data file"),
-])
+@pytest.mark.parametrize(
+    "files, extra, message",
+    [
+        ({}, [], "no evaluation files (*.jsonl or *.json) in the folder"),
+        ({"x.jsonl": [{"query": "q", "gold": "a"}]}, [], "x.jsonl, line 1: cannot tell the format"),
+        (
+            {"arc.jsonl": [{**ARC_ROWS[0], "choices": {"label": ["A", "", "C"], "text": ["a", "b", "c"]}}]},
+            [],
+            "arc.jsonl, line 1: 'choices.label[1]' must be a non-empty string",
+        ),
+        ({"a.jsonl": [{"question": "q", "ground_truth": ["a"]}]}, ["--task", "nope"], "unknown task 'nope'"),
+        (
+            {"a.jsonl": [{"question": "q", "ground_truth": ["a"], "choices": [{"text": "x"}]}]},
+            ["--task", "arc_c"],
+            "a.jsonl, line 1: 'choices[0].label' is missing or empty",
+        ),
+        (
+            {"a.jsonl": [{"question": "q", "ground_truth": ["a"]}]},
+            ["--corpus", "c.jsonl"],
+            "--corpus reads one data file",
+        ),
+    ],
+)
 def test_suite_bad_input_is_one_line(tmp_path, capsys, files, extra, message):
     for name, rows in files.items():
         _jsonl(rows, tmp_path / name)
@@ -116,11 +165,14 @@ def test_suite_bad_input_is_one_line(tmp_path, capsys, files, extra, message):
     assert len(err) == 1 and message in err[0], err
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "eval needs --data FILE (repeat it for a suite) or --suite DIR"),
-    (["--suite", "/nonexistent"], "--suite /nonexistent: not a folder"),
-    (["--data", str(MINI), "--data", str(MINI)], "the same file is given twice"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "eval needs --data FILE (repeat it for a suite) or --suite DIR"),
+        (["--suite", "/nonexistent"], "--suite /nonexistent: not a folder"),
+        (["--data", str(MINI), "--data", str(MINI)], "the same file is given twice"),
+    ],
+)
 def test_eval_needs_data_or_a_suite(capsys, args, message):
     assert main(["eval"] + args) == 2
     err = capsys.readouterr().err.strip().splitlines()

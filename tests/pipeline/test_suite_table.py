@@ -10,8 +10,10 @@ from specrag_jax.pipeline.suite_table import PAPER, build_table, table_markdown
 
 
 def _results(**methods: tuple[float, float]) -> dict:
-    return {"methods": {m: {"n": 4, "accuracy": acc, "latency_s": {"mean": lat}} for m, (acc, lat) in methods.items()},
-            "config": {"n_docs": 10, "m": 5, "k": 2}}
+    return {
+        "methods": {m: {"n": 4, "accuracy": acc, "latency_s": {"mean": lat}} for m, (acc, lat) in methods.items()},
+        "config": {"n_docs": 10, "m": 5, "k": 2},
+    }
 
 
 def _file(column: str, task: str | None) -> SuiteFile:
@@ -19,17 +21,35 @@ def _file(column: str, task: str | None) -> SuiteFile:
 
 
 def test_cells_and_markdown():
-    per_file = {"popqa": _results(standard=(0.5, 2.0), speculative=(0.75, 1.5)),
-                "arc_c": _results(speculative=(0.25, 1.0))}
+    per_file = {
+        "popqa": _results(standard=(0.5, 2.0), speculative=(0.75, 1.5)),
+        "arc_c": _results(speculative=(0.25, 1.0)),
+    }
     files = [_file("popqa", "popqa"), _file("arc_c", "arc_c")]
-    table = build_table(per_file, files, ["standard", "speculative"], {"drafter": "d", "verifier": "v"},
-                        {"backend": "gpu", "device_kind": "H200", "device_count": 1, "cpu_count": 16})
-    assert table["rows"]["speculative"]["popqa"] == {"accuracy": 75.0, "latency_s": 1.5, "latency_reduction": 0.25,
-                                                     "n": 4}
+    table = build_table(
+        per_file,
+        files,
+        ["standard", "speculative"],
+        {"drafter": "d", "verifier": "v"},
+        {"backend": "gpu", "device_kind": "H200", "device_count": 1, "cpu_count": 16},
+    )
+    assert table["rows"]["speculative"]["popqa"] == {
+        "accuracy": 75.0,
+        "latency_s": 1.5,
+        "latency_reduction": 0.25,
+        "n": 4,
+    }
     assert table["rows"]["speculative"]["arc_c"]["latency_reduction"] is None  # no standard RAG run on that file
     assert table["rows"]["standard"]["arc_c"] is None
-    assert table["files"]["arc_c"] == {"path": "arc_c.jsonl", "format": "selfrag", "task": "arc_c", "n": 4,
-                                       "n_docs": 10, "m": 5, "k": 2}
+    assert table["files"]["arc_c"] == {
+        "path": "arc_c.jsonl",
+        "format": "selfrag",
+        "task": "arc_c",
+        "n": 4,
+        "n_docs": 10,
+        "m": 5,
+        "k": 2,
+    }
     assert table["paper"]["drafter_only"]["accuracy"] == PAPER["drafter_only"]
     md = table_markdown(table)
     assert "| speculative | 75.0 · 1.50 s (+25%) | 25.0 · 1.00 s |" in md

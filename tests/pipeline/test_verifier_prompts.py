@@ -13,8 +13,10 @@ from specrag_jax.pipeline.verification import verify_drafts
 from specrag_jax.pipeline.verifier_prompts import answer_prompt, scoring_prompt, use_chat
 from specrag_jax.serving.tiny import tiny_text_model
 
-CHATML = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-          "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 DOCS = [{"id": "a", "title": "Paris", "text": "Paris is in France."}]
 
 
@@ -47,15 +49,22 @@ def test_plain_form_is_unchanged(chat_model):
     tok = chat_model.tokenizer
     assert answer_prompt(tok, "Q?", DOCS, chat=False) == standard_rag_prompt("Q?", DOCS)
     form = scoring_prompt(tok, "Q?", chat=False)
-    assert (form.prefix, form.after, form.yes, form.no) == (verifier_prefix("Q?"), "\n" + REFLECTION_PROMPT +
-                                                            "\nAnswer:", " Yes", " No")
+    assert (form.prefix, form.after, form.yes, form.no) == (
+        verifier_prefix("Q?"),
+        "\n" + REFLECTION_PROMPT + "\nAnswer:",
+        " Yes",
+        " No",
+    )
 
 
 def test_chat_form_uses_the_template(chat_model):
     tok = chat_model.tokenizer
     prompt = answer_prompt(tok, "Q?", DOCS, chat=True)
-    assert prompt.startswith("<|user|>Answer the question using the evidence.") and prompt.endswith(
-        "## Question: Q?\n<|assistant|>") and "## Answer:" not in prompt
+    assert (
+        prompt.startswith("<|user|>Answer the question using the evidence.")
+        and prompt.endswith("## Question: Q?\n<|assistant|>")
+        and "## Answer:" not in prompt
+    )
     form = scoring_prompt(tok, "Q?", chat=True)
     assert form.prefix == "<|user|>" + verifier_prefix("Q?").rstrip() + "\n<|assistant|>"
     assert form.after == "\n<|user|>" + REFLECTION_PROMPT + "\n<|assistant|>" and form.yes == "Yes"
@@ -63,11 +72,14 @@ def test_chat_form_uses_the_template(chat_model):
     assert ids[0] == tok.bos_id and ids.count(tok.bos_id) == 1
 
 
-@pytest.mark.parametrize("template, words", [
-    ("{{ raise_exception('no system role') }}", "chat template failed: no system role"),
-    ("{% for m in messages %}{{ m['role'] }}{% endfor %}", "does not render an assistant turn verbatim"),
-    (None, "has no chat template"),
-])
+@pytest.mark.parametrize(
+    "template, words",
+    [
+        ("{{ raise_exception('no system role') }}", "chat template failed: no system role"),
+        ("{% for m in messages %}{{ m['role'] }}{% endfor %}", "does not render an assistant turn verbatim"),
+        (None, "has no chat template"),
+    ],
+)
 def test_bad_templates_are_one_line_errors(chat_model, template, words):
     tok = tiny_text_model("tiny:llama").tokenizer
     tok.chat_template = template
@@ -77,18 +89,27 @@ def test_bad_templates_are_one_line_errors(chat_model, template, words):
 
 
 def test_chat_verification_and_standard_answer(chat_model):
-    drafts = [Draft(i, [], "", r, a, True, -1.0, 3) for i, (r, a) in enumerate([("Doc 1 says Paris.", "Paris"),
-                                                                                 ("Lyon.", "Lyon")])]
+    drafts = [
+        Draft(i, [], "", r, a, True, -1.0, 3)
+        for i, (r, a) in enumerate([("Doc 1 says Paris.", "Paris"), ("Lyon.", "Lyon")])
+    ]
     trace = verify_drafts(chat_model, "Q?", drafts, chat=True)
-    assert trace["verifier_prefix_tokens"] == len(chat_model.tokenizer.encode_rendered(
-        scoring_prompt(chat_model.tokenizer, "Q?", True).prefix))
+    assert trace["verifier_prefix_tokens"] == len(
+        chat_model.tokenizer.encode_rendered(scoring_prompt(chat_model.tokenizer, "Q?", True).prefix)
+    )
     assert all(d.sr_logprob < 0 and d.sc_tokens > 0 for d in drafts)
-    rag = SpecRAG(chat_model, chat_model, subsets=lambda q, docs, k, m, s: ([[0]], {}),
-                  config=RAGConfig(max_answer_tokens=4))
+    rag = SpecRAG(
+        chat_model, chat_model, subsets=lambda q, docs, k, m, s: ([[0]], {}), config=RAGConfig(max_answer_tokens=4)
+    )
     result = rag.answer("Q?", docs=DOCS, method="standard")
     want = chat_model.tokenizer.encode_rendered(answer_prompt(chat_model.tokenizer, "Q?", DOCS, True))
     assert result.trace["verifier_prefill_tokens"] == len(want)
-    plain = SpecRAG(chat_model, chat_model, subsets=lambda q, docs, k, m, s: ([[0]], {}),
-                    config=RAGConfig(max_answer_tokens=4, verifier_prompt="plain"))
+    plain = SpecRAG(
+        chat_model,
+        chat_model,
+        subsets=lambda q, docs, k, m, s: ([[0]], {}),
+        config=RAGConfig(max_answer_tokens=4, verifier_prompt="plain"),
+    )
     assert plain.answer("Q?", docs=DOCS, method="standard").trace["verifier_prefill_tokens"] == len(
-        chat_model.tokenizer.encode(standard_rag_prompt("Q?", DOCS), add_bos=True))
+        chat_model.tokenizer.encode(standard_rag_prompt("Q?", DOCS), add_bos=True)
+    )

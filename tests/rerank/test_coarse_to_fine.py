@@ -68,8 +68,12 @@ def test_matches_the_static_rule_and_brute_force(scores, n_docs, group, patience
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(-3, 3).map(float), min_size=1, max_size=40), st.integers(1, 12), st.integers(1, 12),
-       st.integers(1, 4))
+@given(
+    st.lists(st.integers(-3, 3).map(float), min_size=1, max_size=40),
+    st.integers(1, 12),
+    st.integers(1, 12),
+    st.integers(1, 4),
+)
 def test_more_patience_never_scores_less(scores, n_docs, group, patience):
     _, low = rerank_coarse_to_fine("q", docs_of(scores), Scorer().score, n_docs, group, patience)
     _, high = rerank_coarse_to_fine("q", docs_of(scores), Scorer().score, n_docs, group, patience + 1)
@@ -87,10 +91,14 @@ def test_stops_once_the_top_set_is_stable():
     assert report["saved_fraction"] == 0.25 and report["early_fraction"] == 0.5 and report["groups_scored"] == 5
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(n_docs=0), "n_docs must be >= 1"), (dict(group=0), "group size must be >= 1"),
-    (dict(patience=0), "patience must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(n_docs=0), "n_docs must be >= 1"),
+        (dict(group=0), "group size must be >= 1"),
+        (dict(patience=0), "patience must be >= 1"),
+    ],
+)
 def test_bad_options(kwargs, message):
     args = {"n_docs": 2, "group": 2, "patience": 2, **kwargs}
     with pytest.raises(SpecRagError, match=message):

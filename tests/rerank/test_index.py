@@ -18,8 +18,10 @@ from specrag_jax.rerank.index import build_index
 from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.serving.tiny import tiny_text_model
 
-CORPUS = [{"id": f"d{i}", "title": f"Title {i}", "text": f"Passage {i} says {i * 7} apples. " * (1 + i % 4)}
-          for i in range(40)]
+CORPUS = [
+    {"id": f"d{i}", "title": f"Title {i}", "text": f"Passage {i} says {i * 7} apples. " * (1 + i % 4)}
+    for i in range(40)
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +43,9 @@ def _all_entries_whole(store: DocKVStore) -> int:
 def test_index_is_idempotent(model, tmp_path):
     store = DocKVStore(tmp_path, model)
     seen = []
-    first = build_index(model, CORPUS, store, token_budget=512, batch_docs=16,
-                        progress=lambda done, total: seen.append((done, total)))
+    first = build_index(
+        model, CORPUS, store, token_budget=512, batch_docs=16, progress=lambda done, total: seen.append((done, total))
+    )
     assert (first["computed"], first["skipped"]) == (len(CORPUS), 0)
     assert seen[-1] == (len(CORPUS), len(CORPUS))
     assert store.bytes_per_token() <= first["bytes_per_token"] < store.bytes_per_token() + 100
@@ -59,9 +62,11 @@ def test_interrupted_write_leaves_no_partial_entry(model, tmp_path, monkeypatch)
     def interrupted(path, writer):
         calls.append(path)
         if len(calls) == 7:
+
             def half(fh):
                 fh.write(b"\0" * 100)
                 raise KeyboardInterrupt
+
             return real(path, half)
         return real(path, writer)
 
@@ -101,8 +106,9 @@ _CHILD = textwrap.dedent("""
 def test_killed_index_leaves_whole_entries_and_resumes(model, tmp_path):
     store = DocKVStore(tmp_path, model)  # the child builds the same tiny model: the same directory
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path)], cwd=root,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(tmp_path)], cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.time() + 240
         while len(list(store.directory.glob("*.safetensors"))) < 3:
@@ -120,8 +126,21 @@ def test_killed_index_leaves_whole_entries_and_resumes(model, tmp_path):
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
-    assert main(["index", "--corpus", str(tmp_path / "missing.jsonl"), "--kv-for", "smollm2-135m-instruct",
-                 "--store", str(tmp_path / "s"), "-q"]) == 2
+    assert (
+        main(
+            [
+                "index",
+                "--corpus",
+                str(tmp_path / "missing.jsonl"),
+                "--kv-for",
+                "smollm2-135m-instruct",
+                "--store",
+                str(tmp_path / "s"),
+                "-q",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.startswith("specrag: error:") and "\n" not in err
     assert main(["index", "--corpus", "x", "--kv-for", "m", "--max-doc-tokens", "0", "-q"]) == 2
@@ -135,8 +154,13 @@ def test_cli_index_runs_resumes_and_reports_interrupts(tmp_path, capsys, monkeyp
 
     corpus = tmp_path / "c.jsonl"
     write_jsonl(CORPUS[:20], corpus)
-    monkeypatch.setattr(TextModel, "load", classmethod(lambda cls, name, **kw: tiny_text_model(
-        "tiny:llama", num_pages=kw["num_pages"], page_size=kw["page_size"])))
+    monkeypatch.setattr(
+        TextModel,
+        "load",
+        classmethod(
+            lambda cls, name, **kw: tiny_text_model("tiny:llama", num_pages=kw["num_pages"], page_size=kw["page_size"])
+        ),
+    )
     argv = ["index", "--corpus", str(corpus), "--kv-for", "tiny", "--store", str(tmp_path / "s"), "-q", "--json"]
     real, calls = index_mod.Reranker.ensure_stored, []
 

@@ -20,8 +20,9 @@ from specrag_jax.rerank.reranker import Reranker
 from specrag_jax.serving.tiny import CharTokenizer, tiny_text_model
 
 QUESTION = "Who built the bridge?"
-DOCS = [{"id": str(i), "title": f"Bridge {i}", "text": f"Bridge {i} was built by guild {i}. " * (i + 1)}
-        for i in range(5)]
+DOCS = [
+    {"id": str(i), "title": f"Bridge {i}", "text": f"Bridge {i} was built by guild {i}. " * (i + 1)} for i in range(5)
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +57,9 @@ def test_files_are_standard_safetensors(model, tmp_path):
         k = f.get_tensor("k")
     assert key["model"] == "tiny:llama" and key["dtype"] == "float32" and k.dtype == np.float32
     assert k.shape == (key["layers"], key["tokens"], key["kv_heads"], key["head_dim"])
-    per_token = sum(p.stat().st_size for p in files) / sum(json.loads(safe_open(str(p), "numpy").metadata()["key"])[
-        "tokens"] for p in files)
+    per_token = sum(p.stat().st_size for p in files) / sum(
+        json.loads(safe_open(str(p), "numpy").metadata()["key"])["tokens"] for p in files
+    )
     assert store.bytes_per_token() <= per_token < store.bytes_per_token() + 100
 
 
@@ -130,8 +132,9 @@ def test_random_damage_never_gives_wrong_kv(model, tmp_path):
     cfg = model.runner.cfg
     key = store.key("0" * 64, 160, "p", list(range(9)))
     rng = np.random.default_rng(0)
-    k, v = (rng.standard_normal((cfg.num_layers, 9, cfg.num_kv_heads, cfg.head_dim)).astype(np.float32)
-            for _ in range(2))
+    k, v = (
+        rng.standard_normal((cfg.num_layers, 9, cfg.num_kv_heads, cfg.head_dim)).astype(np.float32) for _ in range(2)
+    )
     store.save(key, k, v)
     pristine = store.path(key).read_bytes()
 

@@ -9,8 +9,11 @@ from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.rerank.reranker import Reranker
 
 DOCS = [
-    {"title": "Printing press", "text": "Gutenberg's press, built around 1440 in Mainz, combined movable metal type "
-                                        "with an oil-based ink and a screw press."},
+    {
+        "title": "Printing press",
+        "text": "Gutenberg's press, built around 1440 in Mainz, combined movable metal type "
+        "with an oil-based ink and a screw press.",
+    },
     {"title": "Sleep", "text": "Bright light in the evening delays the release of melatonin and makes sleep later."},
     {"title": "Rivers", "text": "Near the sea a river slows down and drops its sediment, sometimes forming a delta."},
     {"title": "Mainz", "text": "Mainz is a city on the Rhine, the capital of Rhineland-Palatinate."},

@@ -11,8 +11,10 @@ from specrag_jax.rerank.reranker import Reranker
 from specrag_jax.serving.tiny import tiny_text_model
 
 QUESTION = "Which river flows through the old town?"
-DOCS = [{"id": str(i), "title": f"Doc {i}", "text": f"The river number {i} runs past the mill. " * (1 + 2 * i)}
-        for i in range(6)]
+DOCS = [
+    {"id": str(i), "title": f"Doc {i}", "text": f"The river number {i} runs past the mill. " * (1 + 2 * i)}
+    for i in range(6)
+]
 
 
 def _model(arch: str, **kw):
@@ -101,8 +103,11 @@ def test_errors_release_pages(model, monkeypatch):
 def test_bad_input_is_one_line_error(model):
     r = Reranker(model)
     assert r.score(QUESTION, []) == []
-    for question, docs, match in [("", DOCS, "non-empty question"), (QUESTION, ["a string"], "must be a dict"),
-                                  (QUESTION, [{"text": 3}], "must be a dict")]:
+    for question, docs, match in [
+        ("", DOCS, "non-empty question"),
+        (QUESTION, ["a string"], "must be a dict"),
+        (QUESTION, [{"text": 3}], "must be a dict"),
+    ]:
         with pytest.raises(SpecRagError, match=match):
             r.score(question, docs)
     with pytest.raises(SpecRagError, match="rerank mode"):

@@ -15,8 +15,12 @@ DATA = Path(__file__).parent / "data"
 
 def test_jsonl_objects_and_plain_strings(tmp_path):
     path = tmp_path / "c.jsonl"
-    lines = [json.dumps({"id": "a", "title": "Alpha", "text": "first"}), "", json.dumps("just a string"),
-             json.dumps({"text": "no id or title"})]
+    lines = [
+        json.dumps({"id": "a", "title": "Alpha", "text": "first"}),
+        "",
+        json.dumps("just a string"),
+        json.dumps({"text": "no id or title"}),
+    ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     docs = load_corpus(path)
     assert docs == [
@@ -84,11 +88,18 @@ def test_default_corpus_is_python_help_topics():
 def test_docs_from_context_normalises_every_passage_format():
     rows = [json.loads(line) for line in (DATA / "context_sample.jsonl").read_text(encoding="utf-8").splitlines()]
     wiki = docs_from_context(rows[0]["context"])
-    assert wiki[0] == {"id": "101", "title": "Freedonia",
-                       "text": "Freedonia is a fictional country whose capital is Fredville.", "score": 1.75}
+    assert wiki[0] == {
+        "id": "101",
+        "title": "Freedonia",
+        "text": "Freedonia is a fictional country whose capital is Fredville.",
+        "score": 1.75,
+    }
     web = docs_from_context(rows[1]["context"])  # title-only kept, empty passage dropped
-    assert [d["id"] for d in web] == ["ctx0", "ctx1"] and web[1] == {"id": "ctx1", "title": "Cited by View all",
-                                                                     "text": ""}
+    assert [d["id"] for d in web] == ["ctx0", "ctx1"] and web[1] == {
+        "id": "ctx1",
+        "title": "Cited by View all",
+        "text": "",
+    }
     plain = docs_from_context(rows[2]["context"])
     assert plain[1] == {"id": "ctx1", "title": "", "text": "On May 4th, Ada has a dentist appointment at 2:00 PM."}
     with pytest.raises(SpecRagError, match="no non-empty passages"):

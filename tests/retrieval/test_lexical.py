@@ -47,7 +47,14 @@ def test_stopwords_option():
 
 def test_s_stemmer():
     assert [s_stem(w) for w in ["flies", "horses", "bees", "glass", "virus", "cats", "is"]] == [
-        "fly", "horse", "bee", "glass", "virus", "cat", "is"]
+        "fly",
+        "horse",
+        "bee",
+        "glass",
+        "virus",
+        "cat",
+        "is",
+    ]
 
 
 def test_save_and_reload_are_equal(index, tmp_path):

@@ -51,8 +51,10 @@ DOCS = [
 @pytest.fixture(scope="session")
 def rag_models():
     """(drafter, verifier): tiny llama and tiny gemma3 with room for RAG prompts."""
-    return (tiny_text_model("tiny:llama", seed=1, num_pages=192, page_size=16, max_seq_len=1024),
-            tiny_text_model("tiny:gemma3", seed=2, num_pages=192, page_size=16, max_seq_len=1024))
+    return (
+        tiny_text_model("tiny:llama", seed=1, num_pages=192, page_size=16, max_seq_len=1024),
+        tiny_text_model("tiny:gemma3", seed=2, num_pages=192, page_size=16, max_seq_len=1024),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -72,8 +74,7 @@ def make_service(rag_models, rag_resources):
     made = []
 
     def make(**kw):
-        kw.setdefault("rag", RAGConfig(n_docs=4, m=3, k=2, max_draft_tokens=12, max_answer_tokens=6,
-                                       max_doc_tokens=40))
+        kw.setdefault("rag", RAGConfig(n_docs=4, m=3, k=2, max_draft_tokens=12, max_answer_tokens=6, max_doc_tokens=40))
         svc = Service(*rag_models, subsets=rag_resources[0], search=rag_resources[1], config=ServeConfig(**kw))
         made.append(svc)
         return svc

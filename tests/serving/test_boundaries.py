@@ -25,8 +25,12 @@ def reach_ins(source: str) -> list[str]:
                 found.append(f"{node.lineno}: {ast.unparse(node)}")
         elif isinstance(node, ast.ImportFrom):
             found += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names if _private(a.name)]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
-                "getattr", "setattr", "hasattr") and len(node.args) > 1:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr")
+            and len(node.args) > 1
+        ):
             name = node.args[1]
             if isinstance(name, ast.Constant) and isinstance(name.value, str) and _private(name.value):
                 found.append(f"{node.lineno}: {ast.unparse(node)}")
@@ -52,12 +56,17 @@ def test_no_private_reach_ins():
 
 
 def test_no_hidden_imports():
-    offenders = [f"{p.name}:{hit}" for p in sorted(SERVING.glob("*.py")) if p.name not in LAZY
-                 for hit in hidden_imports(p.read_text())]
+    offenders = [
+        f"{p.name}:{hit}"
+        for p in sorted(SERVING.glob("*.py"))
+        if p.name not in LAZY
+        for hit in hidden_imports(p.read_text())
+    ]
     assert not offenders, offenders
 
 
 def test_the_checks_see_what_they_look_for():
-    assert reach_ins("x = eng._state\nfrom m import _p\ngetattr(r, '_pool')\nself._ok = argparse._SubParsersAction\n"
-                     ) == ["1: eng._state", "2: from m import _p", "3: getattr(r, '_pool')"]
+    assert reach_ins(
+        "x = eng._state\nfrom m import _p\ngetattr(r, '_pool')\nself._ok = argparse._SubParsersAction\n"
+    ) == ["1: eng._state", "2: from m import _p", "3: getattr(r, '_pool')"]
     assert len(hidden_imports("if TYPE_CHECKING:\n    import a\ndef f():\n    from specrag_jax.x import y\n")) == 2

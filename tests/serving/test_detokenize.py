@@ -9,8 +9,14 @@ from hypothesis import strategies as st
 from specrag_jax.models.tokenizer.load import load_tokenizer
 from specrag_jax.serving.detokenize import IncrementalDetokenizer
 
-TEXTS = ["Paris is the capital of France.", "  two  spaces, \ttab\nnew line", "naïve café — déjà vu",
-         "emoji 🙂🚀 and 中文字符 mixed", "1234567 + 89 = 1234656", "## Rationale: x\n## Response: y"]
+TEXTS = [
+    "Paris is the capital of France.",
+    "  two  spaces, \ttab\nnew line",
+    "naïve café — déjà vu",
+    "emoji 🙂🚀 and 中文字符 mixed",
+    "1234567 + 89 = 1234656",
+    "## Rationale: x\n## Response: y",
+]
 ALPHABET = st.sampled_from(list("ab cé中🙂\n\t 1.-#") + [" the", "ing", "  "])
 
 

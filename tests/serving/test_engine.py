@@ -47,14 +47,16 @@ def _invariance(engine, tiny_model):
 def test_branch_group_equals_generator_and_tree_scores_match(engine, tiny_model):
     prefix = list(range(10, 31))
     suffixes = [[40, 41], [42], [43, 44, 45]]
-    ref = Generator(tiny_model.runner, tiny_model.generator.eos_ids).generate_branches(prefix, suffixes,
-                                                                                       max_new_tokens=6)
+    ref = Generator(tiny_model.runner, tiny_model.generator.eos_ids).generate_branches(
+        prefix, suffixes, max_new_tokens=6
+    )
     tokens, parents, positions = [50, 51, 52, 53], [-1, 0, -1, 2], [21, 22, 21, 22]
     rows, targets = [0, 1, 2, 3], [51, 60, 53, 61]
     want = Generator(tiny_model.runner).score_tree(prefix, tokens, parents, positions, rows, targets)
     longer = [s + list(range(60, 70)) for s in suffixes]  # like drafting's 2nd phase: 1st-phase prompts + more
-    ref2 = Generator(tiny_model.runner, tiny_model.generator.eos_ids).generate_branches(prefix, longer,
-                                                                                        max_new_tokens=6)
+    ref2 = Generator(tiny_model.runner, tiny_model.generator.eos_ids).generate_branches(
+        prefix, longer, max_new_tokens=6
+    )
     got = engine.submit_generate(prefix, suffixes, max_new_tokens=6).result(60)
     assert [g.token_ids for g in got] == [r.token_ids for r in ref]
     assert got[0].shared_prefix_tokens == 20
@@ -122,6 +124,7 @@ def test_cancel_timeout_and_errors_release_pages(engine):
         engine.submit_generate([], [[]], max_new_tokens=3)
     with pytest.raises(SpecRagError, match="outside the vocabulary"):
         engine.submit_generate([], [[5, 999]], max_new_tokens=3)
+
     def broken(_row, _out):
         raise RuntimeError("listener bug")
 

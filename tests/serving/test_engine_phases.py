@@ -17,6 +17,7 @@ FORCED = [7, 8, 9]
 def _between(keep_rule):
     def between(phase, row, res):
         return keep_rule(row, res), FORCED
+
     return between
 
 
@@ -25,7 +26,8 @@ def test_phases_equal_generator_phases(engine, tiny_model, keep):
     rule = {"none": lambda r, res: 0, "three": lambda r, res: 3, "all": lambda r, res: len(res.token_ids)}[keep]
     phases = [Phase(5), Phase(4)]
     want = Generator(tiny_model.runner, tiny_model.generator.eos_ids).generate_phases(
-        PREFIX, SUFFIXES, phases, _between(rule))
+        PREFIX, SUFFIXES, phases, _between(rule)
+    )
     before = engine.stats().get("prefill_tokens", 0)
     got = engine.submit_phases(PREFIX, SUFFIXES, phases, _between(rule)).result(60)
     assert len(got) == 2

@@ -26,8 +26,10 @@ def model():
 @pytest.fixture(scope="module")
 def direct_scores(model):
     """Scores of the direct reranker (recompute and kv modes) on the same model, before any engine runs it."""
-    return {mode: Reranker(model, mode=mode, max_doc_tokens=40, cache_docs=0).score(QUESTION, DOCS)
-            for mode in ("recompute", "kv")}
+    return {
+        mode: Reranker(model, mode=mode, max_doc_tokens=40, cache_docs=0).score(QUESTION, DOCS)
+        for mode in ("recompute", "kv")
+    }
 
 
 @pytest.fixture
@@ -91,8 +93,13 @@ def test_served_rag_reranks_on_the_drafter_engine(rag_models, rag_resources):
 
     called = []
     rag = RAGConfig(n_docs=2, m=2, k=1, max_draft_tokens=6, max_answer_tokens=4, max_doc_tokens=40, rerank="kv")
-    svc = Service(*rag_models, subsets=rag_resources[0], search=rag_resources[1], config=ServeConfig(rag=rag),
-                  reranker=lambda mode: called.append(mode))
+    svc = Service(
+        *rag_models,
+        subsets=rag_resources[0],
+        search=rag_resources[1],
+        config=ServeConfig(rag=rag),
+        reranker=lambda mode: called.append(mode),
+    )
     body = {"question": QUESTION, "documents": DOCS, "method": "standard", "rerank_group": 2}
     with TestClient(create_app(svc)) as c:
         r = c.post("/v1/rag", json=body)
@@ -115,13 +122,20 @@ def test_warmup_compiles_scoring_shapes_on_the_reranking_engine(monkeypatch, rag
     from specrag_jax.serving.warmup import WarmupReport
 
     seen: dict[str, set[str]] = {}
-    monkeypatch.setattr(service_mod, "warmup", lambda eng, shapes: seen.setdefault(eng.name, {s.kind for s in shapes})
-                        and WarmupReport(len(shapes), 0.0, 0.0))
+    monkeypatch.setattr(
+        service_mod,
+        "warmup",
+        lambda eng, shapes: seen.setdefault(eng.name, {s.kind for s in shapes}) and WarmupReport(len(shapes), 0.0, 0.0),
+    )
     monkeypatch.setattr(service_mod, "check_map_budget", lambda programs: None)  # nothing is compiled here
     for rerank, drafter_scores in (("kv", True), ("none", False)):
         seen.clear()
-        svc = Service(*rag_models, subsets=rag_resources[0], search=rag_resources[1],
-                      config=ServeConfig(rag=RAGConfig(rerank=rerank)),
-                      reranker=None if rerank == "none" else (lambda mode: None))
+        svc = Service(
+            *rag_models,
+            subsets=rag_resources[0],
+            search=rag_resources[1],
+            config=ServeConfig(rag=RAGConfig(rerank=rerank)),
+            reranker=None if rerank == "none" else (lambda mode: None),
+        )
         svc.warmup("full")
         assert ("score" in seen["drafter"]) is drafter_scores and "score" in seen["verifier"]

@@ -49,9 +49,14 @@ def run(engine: Engine, *args, **kw):
         engine.cache.clear()
 
 
-@pytest.mark.parametrize("sp", [SamplingParams(presence_penalty=1.5, frequency_penalty=0.7, top_logprobs=4),
-                                SamplingParams(repetition_penalty=3.0, top_logprobs=4),
-                                SamplingParams(presence_penalty=-2.0, repetition_penalty=0.5, top_logprobs=4)])
+@pytest.mark.parametrize(
+    "sp",
+    [
+        SamplingParams(presence_penalty=1.5, frequency_penalty=0.7, top_logprobs=4),
+        SamplingParams(repetition_penalty=3.0, top_logprobs=4),
+        SamplingParams(presence_penalty=-2.0, repetition_penalty=0.5, top_logprobs=4),
+    ],
+)
 def test_penalised_greedy_decoding_follows_the_numpy_reference(tiny_model, sp):
     prompt = REPEATING[:12]
     [res] = run(Engine(tiny_model.runner, name="pen"), [], [prompt], sp, max_new_tokens=8)
@@ -81,8 +86,13 @@ def test_speculation_returns_the_plain_tokens_and_logprobs(tiny_model):
         np.testing.assert_allclose([v for _, v in g.top_logprobs], [v for _, v in w.top_logprobs], atol=1e-4)
 
 
-@pytest.mark.parametrize("sp", [SamplingParams(frequency_penalty=0.3, presence_penalty=0.1, top_logprobs=3),
-                                SamplingParams(repetition_penalty=1.3, top_logprobs=3)])
+@pytest.mark.parametrize(
+    "sp",
+    [
+        SamplingParams(frequency_penalty=0.3, presence_penalty=0.1, top_logprobs=3),
+        SamplingParams(repetition_penalty=1.3, top_logprobs=3),
+    ],
+)
 def test_penalised_speculation_returns_the_plain_tokens_and_logprobs(tiny_model, sp):
     """Each tree node is penalised with the counts plus its own path: the same text as plain decoding."""
     prompts = [REPEATING[i:] for i in range(3)]
@@ -102,9 +112,11 @@ def test_penalised_speculation_returns_the_plain_tokens_and_logprobs(tiny_model,
 def test_seeds_reproduce_and_branches_differ(tiny_model):
     eng = Engine(tiny_model.runner, name="seed").start()
     try:
+
         def texts(seed, n=1):
             sps = [SamplingParams(1.0, seed=seed + 7919 * i) for i in range(n)]
             return [r.token_ids for r in eng.submit_generate(REPEATING[:8], [[]] * n, sps, 12).result(120)]
+
         assert texts(11) == texts(11)
         assert texts(11) != texts(12)
         three = texts(11, 3)

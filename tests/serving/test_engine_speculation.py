@@ -59,8 +59,10 @@ def near_ties(runner, prompts, got, want) -> int:
 
 def oracle(prompts, outputs, wrong=(1, 2, 3)):
     """Per prompt: a wrong branch plus the true next tokens (many accepted per step, off chunk order)."""
+
     def make(full):
-        return lambda ctx: [list(wrong), full[len(ctx): len(ctx) + 7], full[len(ctx): len(ctx) + 2] + [0]]
+        return lambda ctx: [list(wrong), full[len(ctx) : len(ctx) + 7], full[len(ctx) : len(ctx) + 2] + [0]]
+
     return [make(list(p) + o.token_ids) for p, o in zip(prompts, outputs)]
 
 
@@ -88,8 +90,10 @@ def test_greedy_speculation_equals_plain_generator_under_8_concurrent_requests(m
     props = [NgramProposer()] * 8 if kind == "ngram" else oracle(PROMPTS, plain)
     eng = run_engine(model)
     try:
-        reqs = [eng.submit_generate([], [p], max_new_tokens=NEW, speculation=Speculation(f, 16))
-                for p, f in zip(PROMPTS, props)]
+        reqs = [
+            eng.submit_generate([], [p], max_new_tokens=NEW, speculation=Speculation(f, 16))
+            for p, f in zip(PROMPTS, props)
+        ]
         got = [r.result(120)[0] for r in reqs]
         st = eng.stats()
         assert_pages_home(eng)
@@ -113,11 +117,17 @@ def test_mixed_traffic_speculating_plain_scoring_and_phases(model, plain):
     scores = ref.score_tree(prefix, tree.tokens, tree.parents, tree.positions, tree.rows, tree.targets)
     eng = run_engine(model)
     try:
-        spec = [eng.submit_generate([], [p], max_new_tokens=NEW, speculation=Speculation(NgramProposer(), 16))
-                for p in PROMPTS[::2]]
+        spec = [
+            eng.submit_generate([], [p], max_new_tokens=NEW, speculation=Speculation(NgramProposer(), 16))
+            for p in PROMPTS[::2]
+        ]
         plain_reqs = [eng.submit_generate([], [p], max_new_tokens=NEW) for p in PROMPTS[1::2]]
-        group = eng.submit_generate(prefix, suffixes, max_new_tokens=10,
-                                    speculation=Speculation(oracle([prefix + s for s in suffixes], branches), 8))
+        group = eng.submit_generate(
+            prefix,
+            suffixes,
+            max_new_tokens=10,
+            speculation=Speculation(oracle([prefix + s for s in suffixes], branches), 8),
+        )
         ph = eng.submit_phases([5, 6], [[7, 8], [9]], phases, between, speculation=Speculation(NgramProposer(), 8))
         score = eng.submit_score(prefix, tree)
         got_spec = [q.result(120)[0] for q in spec]
@@ -139,13 +149,21 @@ def test_streaming_sends_accepted_tokens_in_order_and_stops_exactly(model, plain
     eng = run_engine(model)
     try:
         streams: dict[int, list[int]] = {i: [] for i in range(8)}
-        reqs = [eng.submit_generate([], [p], max_new_tokens=NEW, stop_fn=lambda _b, out, i=i: out[-1] == stop_at[i],
-                                    on_token=lambda _b, t, i=i: streams[i].append(t),
-                                    speculation=Speculation(f, 16))
-                for i, (p, f) in enumerate(zip(PROMPTS, oracle(PROMPTS, plain)))]
+        reqs = [
+            eng.submit_generate(
+                [],
+                [p],
+                max_new_tokens=NEW,
+                stop_fn=lambda _b, out, i=i: out[-1] == stop_at[i],
+                on_token=lambda _b, t, i=i: streams[i].append(t),
+                speculation=Speculation(f, 16),
+            )
+            for i, (p, f) in enumerate(zip(PROMPTS, oracle(PROMPTS, plain)))
+        ]
         got = [q.result(120)[0] for q in reqs]
-        short = eng.submit_generate([], [PROMPTS[2]], max_new_tokens=5,
-                                    speculation=Speculation(oracle(PROMPTS, plain)[2], 16)).result(120)[0]
+        short = eng.submit_generate(
+            [], [PROMPTS[2]], max_new_tokens=5, speculation=Speculation(oracle(PROMPTS, plain)[2], 16)
+        ).result(120)[0]
         assert_pages_home(eng)
     finally:
         stop(eng)
@@ -181,8 +199,13 @@ def test_cancel_mid_tree_and_a_raising_proposer_leak_no_pages(model, plain):
 
     try:
         box["req"] = eng.submit_generate([], [PROMPTS[3]], max_new_tokens=NEW, speculation=Speculation(cancelling))
-        box["req2"] = eng.submit_generate([], [PROMPTS[4]], max_new_tokens=NEW, on_token=streaming_cancel,
-                                          speculation=Speculation(oracle(PROMPTS, plain)[4]))
+        box["req2"] = eng.submit_generate(
+            [],
+            [PROMPTS[4]],
+            max_new_tokens=NEW,
+            on_token=streaming_cancel,
+            speculation=Speculation(oracle(PROMPTS, plain)[4]),
+        )
         bad = eng.submit_generate([], [PROMPTS[5]], max_new_tokens=NEW, speculation=Speculation(raising))
         vocab = eng.submit_generate([], [PROMPTS[6]], max_new_tokens=NEW, speculation=Speculation(lambda c: [[5000]]))
         fine = eng.submit_generate([], [PROMPTS[7]], max_new_tokens=NEW, speculation=Speculation(NgramProposer()))
@@ -208,8 +231,10 @@ def test_backpressure_shrinks_tree_budgets_down_to_plain_decoding(model, plain):
     for budget, shrunk in ((64, "spec_budget_shrunk_steps"), (32, "spec_plain_fallback_steps")):
         eng = run_engine(model, SchedulerConfig(token_budget=budget))  # 8 trees: 8 x 8 fits 64, not 32
         try:
-            reqs = [eng.submit_generate([], [p], max_new_tokens=NEW, speculation=Speculation(f, 32))
-                    for p, f in zip(PROMPTS, oracle(PROMPTS, plain))]
+            reqs = [
+                eng.submit_generate([], [p], max_new_tokens=NEW, speculation=Speculation(f, 32))
+                for p, f in zip(PROMPTS, oracle(PROMPTS, plain))
+            ]
             got = [q.result(120)[0] for q in reqs]
             st = eng.stats()
             assert_pages_home(eng)
@@ -246,12 +271,23 @@ def test_no_compilation_after_warmup_with_speculative_traffic():
     eng.start()
     try:
         sampled = SamplingParams(temperature=0.9, top_p=0.8, seed=3)
-        kinds = [SamplingParams(), sampled, SamplingParams(presence_penalty=0.4, repetition_penalty=1.2, top_logprobs=4),
-                 SamplingParams(0.8, seed=5, frequency_penalty=0.2, top_logprobs=1)]  # penalties, logprobs too
+        kinds = [
+            SamplingParams(),
+            sampled,
+            SamplingParams(presence_penalty=0.4, repetition_penalty=1.2, top_logprobs=4),
+            SamplingParams(0.8, seed=5, frequency_penalty=0.2, top_logprobs=1),
+        ]  # penalties, logprobs too
         with CompileClock() as clock:
-            reqs = [eng.submit_generate([], [[5 + i + j % 3 for j in range(3 + 2 * i)]], kinds[i % 4],
-                                        max_new_tokens=8 + i, speculation=Speculation(NgramProposer(), 16))
-                    for i in range(12)]
+            reqs = [
+                eng.submit_generate(
+                    [],
+                    [[5 + i + j % 3 for j in range(3 + 2 * i)]],
+                    kinds[i % 4],
+                    max_new_tokens=8 + i,
+                    speculation=Speculation(NgramProposer(), 16),
+                )
+                for i in range(12)
+            ]
             for q in reqs:
                 q.result(120)
         assert eng.stats()["spec_steps"] > 0
@@ -269,10 +305,13 @@ def _serve_args(*flags: str) -> argparse.Namespace:
     return parser.parse_args(["serve", "--drafter", "tiny:llama", "--verifier", "tiny:llama", *flags])
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--speculative", "drafts"], "unknown proposer 'drafts' for --speculative"),
-    (["--speculative", "ngram", "--spec-budget", "12"], "tree budget must be one of 8, 16, 32, 64"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--speculative", "drafts"], "unknown proposer 'drafts' for --speculative"),
+        (["--speculative", "ngram", "--spec-budget", "12"], "tree budget must be one of 8, 16, 32, 64"),
+    ],
+)
 def test_speculative_flag_errors_are_one_line(flags, message, capsys, monkeypatch):
     from specrag_jax.cli import main
 
@@ -306,7 +345,10 @@ def test_http_chat_completion_with_speculation_equals_without(make_service):
     assert "speculation" not in plain["usage"]
 
     def text(s):
-        return "".join(json.loads(x[6:])["choices"][0]["delta"].get("content", "")
-                       for x in s.split("\n\n") if x.startswith("data: {"))
+        return "".join(
+            json.loads(x[6:])["choices"][0]["delta"].get("content", "")
+            for x in s.split("\n\n")
+            if x.startswith("data: {")
+        )
 
     assert text(out["ngram"][1]) == text(out["none"][1]) == plain["choices"][0]["message"]["content"]

@@ -22,10 +22,13 @@ def fuzz_service():
     drafter = tiny_text_model("tiny:llama", seed=5, num_pages=192, page_size=16, max_seq_len=256)
     verifier = tiny_text_model("tiny:gemma3", seed=6, num_pages=192, page_size=16, max_seq_len=256)
     subsets = lambda q, docs, k, m, seed: ([[i % len(docs)] for i in range(m)], {})  # noqa: E731
-    config = ServeConfig(request_timeout=60, rag=RAGConfig(n_docs=2, m=2, k=1, max_draft_tokens=4,
-                                                           max_answer_tokens=4, max_doc_tokens=16))
-    svc = Service(drafter, verifier, subsets=subsets, search=lexical_search(LexicalIndex.build(DOCS)),
-                  config=config).start()
+    config = ServeConfig(
+        request_timeout=60,
+        rag=RAGConfig(n_docs=2, m=2, k=1, max_draft_tokens=4, max_answer_tokens=4, max_doc_tokens=16),
+    )
+    svc = Service(
+        drafter, verifier, subsets=subsets, search=lexical_search(LexicalIndex.build(DOCS)), config=config
+    ).start()
     yield svc
     svc.stop(drain=False)
 
@@ -38,6 +41,7 @@ def test_no_server_error_and_no_leaked_page(fuzz_service):
     assert {op.path for op in operations} >= {"/v1/rag", "/v1/completions", "/v1/chat/completions", "/health"}
     calls = []
     for op in operations:
+
         @given(case=op.as_strategy())
         @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def run(case):

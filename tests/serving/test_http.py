@@ -36,16 +36,20 @@ def test_completions_and_chat_json_and_streamed(client):
     text = body["choices"][0]["text"]
     r = client.post("/v1/completions", json={"prompt": ["Hello there", "Hi"], "max_tokens": 5})
     assert [c["index"] for c in r.json()["choices"]] == [0, 1] and r.json()["choices"][0]["text"] == text
-    with client.stream("POST", "/v1/completions", json={"prompt": "Hello there", "max_tokens": 5,
-                                                        "stream": True}) as s:
+    with client.stream("POST", "/v1/completions", json={"prompt": "Hello there", "max_tokens": 5, "stream": True}) as s:
         events = _events(s.read().decode())
     assert events[-1] == "[DONE]"
     assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == text
-    r = client.post("/v1/chat/completions", json={"model": "verifier", "max_tokens": 4,
-                                                  "messages": [{"role": "user", "content": "Hi"}]})
+    r = client.post(
+        "/v1/chat/completions",
+        json={"model": "verifier", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]},
+    )
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant"
-    with client.stream("POST", "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
-                                                             "max_tokens": 4, "stream": True}) as s:
+    with client.stream(
+        "POST",
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": True},
+    ) as s:
         events = _events(s.read().decode())
     chunks = [json.loads(e) for e in events[:-1]]
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
@@ -54,22 +58,35 @@ def test_completions_and_chat_json_and_streamed(client):
 
 
 def test_rag_contract_with_documents_corpus_and_stream(client):
-    r = client.post("/v1/rag", json={"question": "What is the capital of France?", "documents": DOCS,
-                                     "m": 2, "k": 2})
+    r = client.post("/v1/rag", json={"question": "What is the capital of France?", "documents": DOCS, "m": 2, "k": 2})
     assert r.status_code == 200, r.text
     body = r.json()
     assert {"answer", "rationale", "citations", "drafts", "trace"} <= set(body)
     assert len(body["drafts"]) == 2 and all("score" in d for d in body["drafts"])
     assert set(body["citations"]) <= {d["id"] for d in DOCS}
     assert "drafting_s" in body["trace"]
-    r = client.post("/v1/rag", json={"question": "What is the capital of France?", "documents": DOCS, "m": 2,
-                                     "selection": "evidence+agg", "tau_min": 1.0})
+    r = client.post(
+        "/v1/rag",
+        json={
+            "question": "What is the capital of France?",
+            "documents": DOCS,
+            "m": 2,
+            "selection": "evidence+agg",
+            "tau_min": 1.0,
+        },
+    )
     assert r.status_code == 200, r.text
     trace = r.json()["trace"]
     assert trace["selection"] == "evidence+agg" and "evidence_verification_s" in trace or trace.get("consensus")
     assert trace.get("path") in ("fallback", "consensus")  # no draft clears tau_min 1.0
-    r = client.post("/v1/rag", json={"question": "capital of Italy", "method": "standard",
-                                     "documents": ["Rome is the capital of Italy.", "Oslo is in Norway."]})
+    r = client.post(
+        "/v1/rag",
+        json={
+            "question": "capital of Italy",
+            "method": "standard",
+            "documents": ["Rome is the capital of Italy.", "Oslo is in Norway."],
+        },
+    )
     assert r.status_code == 200 and r.json()["citations"] == ["0", "1"]
     r = client.post("/v1/rag", json={"question": "capital of Germany", "method": "drafter_only"})  # corpus search
     assert r.status_code == 200 and r.json()["drafts"]
@@ -87,16 +104,19 @@ def test_rag_contract_with_documents_corpus_and_stream(client):
     pages_home(client.service)
 
 
-@pytest.mark.parametrize("payload, status, message", [
-    (b"{not json", 400, "malformed JSON"),
-    (json.dumps({"prompt": "hi", "bogus": 1}).encode(), 400, "bogus"),
-    (json.dumps({"prompt": "hi", "temperature": -1}).encode(), 400, "temperature"),
-    (json.dumps({"prompt": "hi", "n": 17}).encode(), 400, "n"),
-    (json.dumps({"prompt": "hi", "model": "gpt-9"}).encode(), 400, "unknown model"),
-    (json.dumps({"prompt": "x" * 5000, "max_tokens": 10}).encode(), 400, "too long"),
-    (json.dumps({"prompt": []}).encode(), 400, "prompt"),
-    (json.dumps({"prompt": "x" * 1_100_000}).encode(), 413, "body"),
-])
+@pytest.mark.parametrize(
+    "payload, status, message",
+    [
+        (b"{not json", 400, "malformed JSON"),
+        (json.dumps({"prompt": "hi", "bogus": 1}).encode(), 400, "bogus"),
+        (json.dumps({"prompt": "hi", "temperature": -1}).encode(), 400, "temperature"),
+        (json.dumps({"prompt": "hi", "n": 17}).encode(), 400, "n"),
+        (json.dumps({"prompt": "hi", "model": "gpt-9"}).encode(), 400, "unknown model"),
+        (json.dumps({"prompt": "x" * 5000, "max_tokens": 10}).encode(), 400, "too long"),
+        (json.dumps({"prompt": []}).encode(), 400, "prompt"),
+        (json.dumps({"prompt": "x" * 1_100_000}).encode(), 413, "body"),
+    ],
+)
 def test_bad_requests(client, payload, status, message):
     r = client.post("/v1/completions", content=payload, headers={"content-type": "application/json"})
     assert r.status_code == status, r.text
@@ -105,10 +125,14 @@ def test_bad_requests(client, payload, status, message):
 
 
 def test_rag_bad_requests(client):
-    for body, message in [({"question": ""}, "question"), ({"question": "q", "method": "oracle"}, "method"),
-                          ({"question": "q", "m": 0}, "m"), ({"question": "q", "documents": [{"text": "x"}]}, "id"),
-                          ({"question": "q", "selection": "vote"}, "selection"),
-                          ({"question": "q", "tau_min": 1.5}, "tau_min")]:
+    for body, message in [
+        ({"question": ""}, "question"),
+        ({"question": "q", "method": "oracle"}, "method"),
+        ({"question": "q", "m": 0}, "m"),
+        ({"question": "q", "documents": [{"text": "x"}]}, "id"),
+        ({"question": "q", "selection": "vote"}, "selection"),
+        ({"question": "q", "tau_min": 1.5}, "tau_min"),
+    ]:
         r = client.post("/v1/rag", json=body)
         assert r.status_code == 400 and message in r.json()["error"]["message"], r.text
     pages_home(client.service)
@@ -129,9 +153,15 @@ def test_api_key_busy_timeout_and_metrics(make_service):
         assert r.status_code == 504, r.text
         assert c.get("/health").json()["status"] == "ok"
         metrics = c.get("/metrics").text
-        for name in ("specrag_kv_pages_free", "specrag_kv_pages_cached", "specrag_kv_pages_total",
-                     "specrag_queue_depth", "specrag_running_sequences", "specrag_prefix_cache_hit_rate",
-                     "specrag_tokens_per_second"):
+        for name in (
+            "specrag_kv_pages_free",
+            "specrag_kv_pages_cached",
+            "specrag_kv_pages_total",
+            "specrag_queue_depth",
+            "specrag_running_sequences",
+            "specrag_prefix_cache_hit_rate",
+            "specrag_tokens_per_second",
+        ):
             assert f'{name}{{engine="drafter"}}' in metrics and f'{name}{{engine="verifier"}}' in metrics, name
         assert "# TYPE specrag_stage_seconds histogram" in metrics
         assert "# TYPE specrag_engine_stage_seconds histogram" in metrics
@@ -139,5 +169,7 @@ def test_api_key_busy_timeout_and_metrics(make_service):
         assert c.post("/reset_prefix_cache").status_code == 401
         r = c.post("/reset_prefix_cache", headers=auth)
         assert r.status_code == 200 and set(r.json()["freed_pages"]) == {"drafter", "verifier"}
-        assert all(e["pages_cached"] == 0 and e["pages_free"] == e["pages_total"]
-                   for e in c.get("/health").json()["engines"].values())
+        assert all(
+            e["pages_cached"] == 0 and e["pages_free"] == e["pages_total"]
+            for e in c.get("/health").json()["engines"].values()
+        )

@@ -16,8 +16,10 @@ from tests.serving.conftest import assert_pages_home
 from tests.serving.rag_schema_check import assert_follows_rag_schema
 
 QUESTION = "Which city is the capital of Italy?"
-DOCS = [{"id": i, "title": i.title(), "text": f"{i.title()} is a city with a long history, number {n}."}
-        for n, i in enumerate(["rome", "milan", "turin", "naples", "genoa"])]
+DOCS = [
+    {"id": i, "title": i.title(), "text": f"{i.title()} is a city with a long history, number {n}."}
+    for n, i in enumerate(["rome", "milan", "turin", "naples", "genoa"])
+]
 
 
 class Scripted:
@@ -38,16 +40,33 @@ CHANGED = {"rome": 5.0, "milan": 4.0, "turin": 1.0, "naples": 9.0}  # naples ent
 
 
 def rag_config(progressive: int, **kw) -> RAGConfig:
-    return RAGConfig(**{"n_docs": 2, "m": 2, "k": 1, "max_draft_tokens": 8, "max_answer_tokens": 4,
-                        "max_doc_tokens": 40, "rerank": "recompute", "rerank_group": 1, "rerank_patience": 2,
-                        "progressive_prefill": progressive, **kw})
+    return RAGConfig(
+        **{
+            "n_docs": 2,
+            "m": 2,
+            "k": 1,
+            "max_draft_tokens": 8,
+            "max_answer_tokens": 4,
+            "max_doc_tokens": 40,
+            "rerank": "recompute",
+            "rerank_group": 1,
+            "rerank_patience": 2,
+            "progressive_prefill": progressive,
+            **kw,
+        }
+    )
 
 
 @pytest.fixture
 def service(rag_models, rag_resources):
     holder: dict = {}
-    svc = Service(*rag_models, subsets=rag_resources[0], search=rag_resources[1],
-                  config=ServeConfig(rag=rag_config(1)), reranker=lambda mode: holder["scorer"])
+    svc = Service(
+        *rag_models,
+        subsets=rag_resources[0],
+        search=rag_resources[1],
+        config=ServeConfig(rag=rag_config(1)),
+        reranker=lambda mode: holder["scorer"],
+    )
     svc.start()
     svc.holder = holder
     yield svc
@@ -146,11 +165,14 @@ def test_cancel_and_errors_during_reranking_leak_no_pages(service):
         ask(service, STABLE, 1, hook=slow)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(rerank="none"), "progressive prefill overlaps reranking: it needs rerank kv or recompute"),
-    (dict(rerank_patience=1), "progressive_prefill (1 stable groups) must be below rerank_patience (1)"),
-    (dict(progressive_prefill=-1), "progressive_prefill must be a whole number of stable groups >= 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(rerank="none"), "progressive prefill overlaps reranking: it needs rerank kv or recompute"),
+        (dict(rerank_patience=1), "progressive_prefill (1 stable groups) must be below rerank_patience (1)"),
+        (dict(progressive_prefill=-1), "progressive_prefill must be a whole number of stable groups >= 0"),
+    ],
+)
 def test_bad_progressive_config_is_a_one_line_error(kwargs, message):
     with pytest.raises(SpecRagError) as err:
         rag_config(1, **kwargs).check()
@@ -169,19 +191,33 @@ def test_the_trigger_sees_each_group_and_never_fires_on_the_last():
 
     seen = []
     docs = [{"id": i} for i in ("rome", "milan", "turin", "naples", "genoa")]
-    rerank_coarse_to_fine("q", docs, lambda q, ds: [STABLE[d["id"]] for d in ds], 2, group=1, patience=3,
-                          on_group=lambda top, stable, last: seen.append(([d["id"] for d in top], stable, last)))
+    rerank_coarse_to_fine(
+        "q",
+        docs,
+        lambda q, ds: [STABLE[d["id"]] for d in ds],
+        2,
+        group=1,
+        patience=3,
+        on_group=lambda top, stable, last: seen.append(([d["id"] for d in top], stable, last)),
+    )
     assert [(s, last) for _, s, last in seen] == [(0, False), (0, False), (1, False), (2, False), (3, True)]
     assert seen[2][0] == ["rome", "milan"]
 
 
-@pytest.mark.parametrize("head, message", [
-    (["ask", "What is Python?", "--rerank", "kv", "-q"], "--progressive-prefill needs the serving engines' prefix"),
-    (["eval", "--data", "tests/pipeline/data/mini_eval.jsonl", "--rerank", "kv", "-q"],
-     "--progressive-prefill needs the serving engines'"),
-    (["serve", "--compile-cache", "none", "--drafter", "tiny:llama", "--verifier", "tiny:llama"],
-     "progressive prefill overlaps reranking: it needs rerank kv or recompute"),
-])
+@pytest.mark.parametrize(
+    "head, message",
+    [
+        (["ask", "What is Python?", "--rerank", "kv", "-q"], "--progressive-prefill needs the serving engines' prefix"),
+        (
+            ["eval", "--data", "tests/pipeline/data/mini_eval.jsonl", "--rerank", "kv", "-q"],
+            "--progressive-prefill needs the serving engines'",
+        ),
+        (
+            ["serve", "--compile-cache", "none", "--drafter", "tiny:llama", "--verifier", "tiny:llama"],
+            "progressive prefill overlaps reranking: it needs rerank kv or recompute",
+        ),
+    ],
+)
 def test_progressive_flag_errors_are_one_line(capsys, head, message):
     from specrag_jax.cli import main
 

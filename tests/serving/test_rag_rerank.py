@@ -36,8 +36,14 @@ def rerank_client(rag_models, rag_resources):
         return built[mode]
 
     rag = RAGConfig(n_docs=2, m=2, k=1, max_draft_tokens=8, max_answer_tokens=4, max_doc_tokens=40, rerank="kv")
-    svc = Service(*rag_models, subsets=rag_resources[0], search=rag_resources[1], config=ServeConfig(rag=rag),
-                  reranker=factory, engine_reranker=False)  # the fake scores kv mode too
+    svc = Service(
+        *rag_models,
+        subsets=rag_resources[0],
+        search=rag_resources[1],
+        config=ServeConfig(rag=rag),
+        reranker=factory,
+        engine_reranker=False,
+    )  # the fake scores kv mode too
     with TestClient(create_app(svc)) as c:
         c.service, c.built = svc, built
         yield c
@@ -47,30 +53,53 @@ def rerank_client(rag_models, rag_resources):
 
 def test_rag_reranks_given_and_searched_documents(rerank_client):
     c = rerank_client
-    r = c.post("/v1/rag", json={"question": "What is the capital of Italy?", "documents": DOCS, "method": "standard",
-                                "rerank_group": 1, "rerank_patience": 1})
+    r = c.post(
+        "/v1/rag",
+        json={
+            "question": "What is the capital of Italy?",
+            "documents": DOCS,
+            "method": "standard",
+            "rerank_group": 1,
+            "rerank_patience": 1,
+        },
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["citations"][0] == "rome" and len(body["citations"]) == 2  # reranked to the top n_docs
     tr = body["trace"]["rerank"]
     assert tr["mode"] == "kv" and tr["candidates"] == 4 and tr["groups_scored"] <= 4 and "rerank_s" in body["trace"]
     assert_follows_rag_schema(c.get("/openapi.json").json(), body)
-    r = c.post("/v1/rag", json={"question": "capital of Germany", "method": "standard", "rerank": "recompute",
-                                "n_coarse": 3, "reranker": "drafter"})
+    r = c.post(
+        "/v1/rag",
+        json={
+            "question": "capital of Germany",
+            "method": "standard",
+            "rerank": "recompute",
+            "n_coarse": 3,
+            "reranker": "drafter",
+        },
+    )
     assert r.status_code == 200, r.text
     assert r.json()["trace"]["rerank"]["candidates"] <= 3 and r.json()["trace"]["rerank"]["mode"] == "recompute"
     assert set(c.built) == {"kv", "recompute"}
-    r = c.post("/v1/rag", json={"question": "capital of Italy", "method": "standard", "rerank": "none",
-                                "documents": DOCS})
+    r = c.post(
+        "/v1/rag", json={"question": "capital of Italy", "method": "standard", "rerank": "none", "documents": DOCS}
+    )
     assert r.status_code == 200 and "rerank" not in r.json()["trace"]
     for eng in c.service.unique_engines.values():
         assert_pages_home(eng)
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"rerank": "bm25"}, "rerank"), ({"rerank_group": 0}, "rerank_group"), ({"n_coarse": 0}, "n_coarse"),
-    ({"rerank_patience": 0}, "rerank_patience"), ({"reranker": "qwen3-8b"}, "this server reranks with"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"rerank": "bm25"}, "rerank"),
+        ({"rerank_group": 0}, "rerank_group"),
+        ({"n_coarse": 0}, "n_coarse"),
+        ({"rerank_patience": 0}, "rerank_patience"),
+        ({"reranker": "qwen3-8b"}, "this server reranks with"),
+    ],
+)
 def test_rag_bad_rerank_fields(rerank_client, extra, message):
     r = rerank_client.post("/v1/rag", json={"question": "q", "documents": DOCS, **extra})
     assert r.status_code == 400 and message in r.json()["error"]["message"], r.text
@@ -94,15 +123,29 @@ def test_serve_builds_rerankers_on_their_own_model(monkeypatch, tmp_path):
     monkeypatch.setattr(kv_store, "default_store_dir", lambda: tmp_path / "doc_kv")
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers())
-    args = parser.parse_args(["serve", "--drafter", "tiny:llama", "--verifier", "tiny:gemma3", "--rerank", "kv",
-                              "--num-pages", "64", "--rerank-group", "2"])
+    args = parser.parse_args(
+        [
+            "serve",
+            "--drafter",
+            "tiny:llama",
+            "--verifier",
+            "tiny:gemma3",
+            "--rerank",
+            "kv",
+            "--num-pages",
+            "64",
+            "--rerank-group",
+            "2",
+        ]
+    )
     svc = build_service(args).start()
     try:
         kv, recompute = svc.reranker("kv"), svc.reranker("recompute")
         assert svc.reranker("kv") is kv and svc.config.rag.rerank_group == 2
         assert isinstance(kv, EngineReranker) and kv.engine is svc.engines["drafter"]
         assert recompute.scorer.runner is not svc.models["drafter"].runner and recompute.scorer.mode == "recompute"
-        assert kv.score("capital of France?", DOCS[:2]) == pytest.approx(recompute.score("capital of France?",
-                                                                                          DOCS[:2]), abs=1e-4)
+        assert kv.score("capital of France?", DOCS[:2]) == pytest.approx(
+            recompute.score("capital of France?", DOCS[:2]), abs=1e-4
+        )
     finally:
         svc.stop(drain=False)

@@ -64,10 +64,14 @@ def test_openapi_names_the_schemas_and_holds_valid_examples(make_service):
 def test_served_answers_follow_the_published_schema(client):
     openapi = client.openapi
     example = _operation(openapi)["requestBody"]["content"]["application/json"]["examples"]["documents"]["value"]
-    bodies = [example, {"question": "capital of France?", "documents": DOCS, "m": 2, "selection": "rho",
-                        "tau_min": 1.0}]  # plain verification, then the fallback
-    bodies += [{"question": "capital of Italy?", "documents": DOCS[2:], "method": m}
-               for m in ("standard", "closed_book", "drafter_only", "random_draft", "lossless")]
+    bodies = [
+        example,
+        {"question": "capital of France?", "documents": DOCS, "m": 2, "selection": "rho", "tau_min": 1.0},
+    ]  # plain verification, then the fallback
+    bodies += [
+        {"question": "capital of Italy?", "documents": DOCS[2:], "method": m}
+        for m in ("standard", "closed_book", "drafter_only", "random_draft", "lossless")
+    ]
     bodies.append({"question": "capital of Germany?", "m": 2})  # corpus search
     paths = set()
     for body in bodies:
@@ -76,8 +80,9 @@ def test_served_answers_follow_the_published_schema(client):
         assert_follows_rag_schema(openapi, r.json())
         paths.add(r.json()["trace"].get("path"))
     assert "fallback" in paths
-    with client.stream("POST", "/v1/rag", json={"question": "capital of Italy?", "documents": DOCS[:2],
-                                                "stream": True, "m": 2}) as s:
+    with client.stream(
+        "POST", "/v1/rag", json={"question": "capital of Italy?", "documents": DOCS[:2], "stream": True, "m": 2}
+    ) as s:
         events = [line[6:] for line in s.read().decode().splitlines() if line.startswith("data: ")]
     result = json.loads(events[-2])
     assert result.pop("event") == "result"

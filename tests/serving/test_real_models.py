@@ -39,16 +39,27 @@ def test_real_model_greedy_batch_invariance_and_prefix_cache(smol):
 def test_real_models_rag_endpoint(smol):
     gemma = TextModel.load("gemma3-270m", max_seq_len=512, num_pages=96, page_size=16)
     subsets = lambda q, docs, k, m, seed: ([[i % len(docs), (i + 1) % len(docs)] for i in range(m)], {})  # noqa
-    svc = Service(smol, gemma, subsets=subsets, config=ServeConfig(
-        rag=RAGConfig(m=2, k=2, max_draft_tokens=12, max_answer_tokens=6, consensus=False)))
+    svc = Service(
+        smol,
+        gemma,
+        subsets=subsets,
+        config=ServeConfig(rag=RAGConfig(m=2, k=2, max_draft_tokens=12, max_answer_tokens=6, consensus=False)),
+    )
     with TestClient(create_app(svc)) as c:
         r = c.post("/v1/rag", json={"question": "What is the capital of France?", "documents": DOCS[:3]})
         assert r.status_code == 200, r.text
         body = r.json()
         assert len(body["drafts"]) == 2 and body["trace"]["evidence_tree_tokens"] > 0  # the default selection
         assert set(body["citations"]) <= {d["id"] for d in DOCS}
-        r = c.post("/v1/rag", json={"question": "What is the capital of France?", "documents": DOCS[:3],
-                                    "selection": "rho", "tau_min": 0})
+        r = c.post(
+            "/v1/rag",
+            json={
+                "question": "What is the capital of France?",
+                "documents": DOCS[:3],
+                "selection": "rho",
+                "tau_min": 0,
+            },
+        )
         assert r.status_code == 200 and r.json()["trace"]["verifier_tree_tokens"] > 0, r.text
         assert r.json()["trace"]["path"] == "verified_draft"
     for eng in svc.unique_engines.values():

@@ -24,6 +24,9 @@ def test_summary_percentiles_and_errors():
 
 
 def test_chat_bodies_with_and_without_the_sampling_extras_are_valid():
-    plain, extras = ChatCompletionRequest(**completion_body(3, 16)), ChatCompletionRequest(**completion_body(3, 16, True))
+    plain, extras = (
+        ChatCompletionRequest(**completion_body(3, 16)),
+        ChatCompletionRequest(**completion_body(3, 16, True)),
+    )
     assert not plain.logprobs and extras.logprobs and extras.top_n() == 5 and extras.repetition_penalty == 1.1
     assert plain.messages == extras.messages and plain.token_limit() == extras.token_limit() == 16

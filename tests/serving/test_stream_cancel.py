@@ -44,8 +44,17 @@ def live(make_service, monkeypatch):
 
         monkeypatch.setattr(eng, "_iteration", slowed)
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(svc), host="127.0.0.1", port=port, log_config=None,
-                                           log_level="warning", lifespan="on", timeout_graceful_shutdown=10))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(svc),
+            host="127.0.0.1",
+            port=port,
+            log_config=None,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=10,
+        )
+    )
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -81,12 +90,24 @@ def _first_text(event: str) -> bool:
 
 
 CASES = {
-    "completions": ("/v1/completions", {"prompt": "Tell a long story", "max_tokens": 400, "stream": True},
-                    _first_text, "drafter"),
-    "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell a long story"}],
-                                      "max_tokens": 400, "stream": True}, _first_text, "drafter"),
-    "rag": ("/v1/rag", {"question": "What is the capital of France?", "documents": DOCS, "stream": True},
-            lambda e: json.loads(e).get("stage") == "drafter_generate", None),  # may stop before its engine work
+    "completions": (
+        "/v1/completions",
+        {"prompt": "Tell a long story", "max_tokens": 400, "stream": True},
+        _first_text,
+        "drafter",
+    ),
+    "chat": (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "Tell a long story"}], "max_tokens": 400, "stream": True},
+        _first_text,
+        "drafter",
+    ),
+    "rag": (
+        "/v1/rag",
+        {"question": "What is the capital of France?", "documents": DOCS, "stream": True},
+        lambda e: json.loads(e).get("stage") == "drafter_generate",
+        None,
+    ),  # may stop before its engine work
 }
 
 

@@ -45,13 +45,22 @@ def test_no_compilation_after_warmup(small_engine):
         penalised = SamplingParams(presence_penalty=0.5, frequency_penalty=0.3, repetition_penalty=1.2, top_logprobs=5)
         kinds = [greedy, sampled, penalised, SamplingParams(0.7, seed=9, repetition_penalty=1.1, top_logprobs=20)]
         with CompileClock() as clock:
-            reqs = [engine.submit_generate([], [[5 + i + j for j in range(3 + 3 * i)]], kinds[i % 4],
-                                           max_new_tokens=6 + i) for i in range(12)]
+            reqs = [
+                engine.submit_generate([], [[5 + i + j for j in range(3 + 3 * i)]], kinds[i % 4], max_new_tokens=6 + i)
+                for i in range(12)
+            ]
             reqs.append(engine.submit_generate(list(range(30, 39)), [[]] * 3, [penalised] * 3, max_new_tokens=5))
-            reqs.append(engine.submit_phases(list(range(10, 30)), [[40], [41, 42], [43]], [Phase(5), Phase(3)],
-                                             lambda p, r, res: (1, [7, 8])))
-            reqs += [engine.submit_score(list(range(20, 20 + n)), Tree([50, 51, 52], [-1, 0, -1], [n, n + 1, n],
-                                                                       [0, 1, 2], [51, 9, 60])) for n in (5, 30)]
+            reqs.append(
+                engine.submit_phases(
+                    list(range(10, 30)), [[40], [41, 42], [43]], [Phase(5), Phase(3)], lambda p, r, res: (1, [7, 8])
+                )
+            )
+            reqs += [
+                engine.submit_score(
+                    list(range(20, 20 + n)), Tree([50, 51, 52], [-1, 0, -1], [n, n + 1, n], [0, 1, 2], [51, 9, 60])
+                )
+                for n in (5, 30)
+            ]
             for r in reqs:
                 r.result(120)
         assert clock.seconds == 0.0, f"{clock.seconds:.2f} s of compilation after warm-up"

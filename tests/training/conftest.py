@@ -40,7 +40,14 @@ def small_config(**kw):
 
     optim = dict(lr=1e-2, warmup=5, steps=12)
     optim.update(kw.pop("optim", {}))
-    base = dict(mode="lora", lora=LoraConfig(4, 8.0), optim=OptimConfig(**optim), batch=4, max_len=64,
-                eval_every=4, save_every=4)
+    base = dict(
+        mode="lora",
+        lora=LoraConfig(4, 8.0),
+        optim=OptimConfig(**optim),
+        batch=4,
+        max_len=64,
+        eval_every=4,
+        save_every=4,
+    )
     base.update(kw)
     return TrainConfig(**base)

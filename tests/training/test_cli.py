@@ -38,8 +38,10 @@ def data_file(tmp_path, rows) -> str:
     return str(path)
 
 
-ROWS = [{"prompt": f"## Instruction: what is {i}+1?\n## Rationale:", "target": f" {i}+1={i + 1}\n## Response: {i + 1}"}
-        for i in range(24)]
+ROWS = [
+    {"prompt": f"## Instruction: what is {i}+1?\n## Rationale:", "target": f" {i}+1={i + 1}\n## Response: {i + 1}"}
+    for i in range(24)
+]
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
@@ -51,8 +53,29 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 def test_train_then_resume_and_load_the_adapter(capsys, tmp_path):
     rows = ROWS + [{"prompt": "x" * 400, "target": "y"}]  # one over-long example: skipped and counted
     data, out = data_file(tmp_path, rows), str(tmp_path / "run")
-    common = ["train", "--data", data, "--out", out, "--model", "tiny-a", "--batch", "2", "--max-len", "128",
-              "--eval-every", "3", "--lora-rank", "2", "--lora-targets", "attn", "--lr", "1e-2", "--json", "-q"]
+    common = [
+        "train",
+        "--data",
+        data,
+        "--out",
+        out,
+        "--model",
+        "tiny-a",
+        "--batch",
+        "2",
+        "--max-len",
+        "128",
+        "--eval-every",
+        "3",
+        "--lora-rank",
+        "2",
+        "--lora-targets",
+        "attn",
+        "--lr",
+        "1e-2",
+        "--json",
+        "-q",
+    ]
     code, stdout, err = run(capsys, *common, "--steps", "6")
     assert code == 0, err
     summary = json.loads(stdout)
@@ -79,17 +102,35 @@ def test_train_then_resume_and_load_the_adapter(capsys, tmp_path):
     assert set(merged) == set(params_a) and meta["base_model"] == "tiny-a"
 
 
-@pytest.mark.parametrize("rows, args, message", [
-    ([{"prompt": "a", "target": "b"}, {"question": "q", "target": "b"}], [],
-     "drafter.jsonl:2: missing field 'prompt'"),
-    ([{"prompt": "a" * 300, "target": "b"}], ["--refuse-long"], "drafter.jsonl:1: example has 303 tokens"),
-    ([{"prompt": "a", "target": "b"}], ["--full", "--lora-rank", "4"], "--full trains every parameter"),
-    ([{"prompt": "a", "target": "b"}], ["--lora-targets", "q,proj"], "unknown LoRA target 'proj'"),
-    ([{"prompt": "a", "target": "b"}], ["--steps", "0"], "--steps must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "rows, args, message",
+    [
+        (
+            [{"prompt": "a", "target": "b"}, {"question": "q", "target": "b"}],
+            [],
+            "drafter.jsonl:2: missing field 'prompt'",
+        ),
+        ([{"prompt": "a" * 300, "target": "b"}], ["--refuse-long"], "drafter.jsonl:1: example has 303 tokens"),
+        ([{"prompt": "a", "target": "b"}], ["--full", "--lora-rank", "4"], "--full trains every parameter"),
+        ([{"prompt": "a", "target": "b"}], ["--lora-targets", "q,proj"], "unknown LoRA target 'proj'"),
+        ([{"prompt": "a", "target": "b"}], ["--steps", "0"], "--steps must be >= 1"),
+    ],
+)
 def test_bad_input_is_one_line(capsys, tmp_path, rows, args, message):
-    code, _, err = run(capsys, "train", "--data", data_file(tmp_path, rows), "--out", str(tmp_path / "o"),
-                       "--model", "tiny-a", "--max-len", "128", "-q", *args)
+    code, _, err = run(
+        capsys,
+        "train",
+        "--data",
+        data_file(tmp_path, rows),
+        "--out",
+        str(tmp_path / "o"),
+        "--model",
+        "tiny-a",
+        "--max-len",
+        "128",
+        "-q",
+        *args,
+    )
     assert code == 2 and err.startswith("specrag: error: ") and message in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
 

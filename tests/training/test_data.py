@@ -26,8 +26,14 @@ def write_lines(path, rows) -> str:
 
 
 def test_loads_prompt_and_target_with_eos_and_optional_ids(tmp_path):
-    f = write_lines(tmp_path / "d.jsonl", [{"prompt": "Q: hi\n## Rationale:", "target": " ok", "id": 1}, "",
-                                           {"prompt": "x", "prompt_ids": [1, 5, 6], "target": "ab"}])
+    f = write_lines(
+        tmp_path / "d.jsonl",
+        [
+            {"prompt": "Q: hi\n## Rationale:", "target": " ok", "id": 1},
+            "",
+            {"prompt": "x", "prompt_ids": [1, 5, 6], "target": "ab"},
+        ],
+    )
     data = load_examples(f, TOK, eos_id=2, max_len=64)
     a, b = data.examples
     assert a.prompt_ids.tolist() == TOK.encode_rendered("Q: hi\n## Rationale:")
@@ -35,15 +41,18 @@ def test_loads_prompt_and_target_with_eos_and_optional_ids(tmp_path):
     assert b.prompt_ids.tolist() == [1, 5, 6] and b.line == 3  # file line numbers (the blank line counts)
 
 
-@pytest.mark.parametrize("row, message", [
-    ({"target": "x"}, "d.jsonl:2: missing field 'prompt'"),
-    ({"prompt": "x"}, "d.jsonl:2: missing field 'target'"),
-    ({"prompt": "x", "target": 3}, "d.jsonl:2: field 'target' must be a string"),
-    ({"prompt": "x", "target": "  "}, "d.jsonl:2: field 'target' is empty"),
-    ({"prompt": "x", "target": "y", "prompt_ids": [1, 999]}, "d.jsonl:2: field 'prompt_ids' must be a list"),
-    ("{not json", "d.jsonl:2: not valid JSON"),
-    ("[1, 2]", "d.jsonl:2: expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"target": "x"}, "d.jsonl:2: missing field 'prompt'"),
+        ({"prompt": "x"}, "d.jsonl:2: missing field 'target'"),
+        ({"prompt": "x", "target": 3}, "d.jsonl:2: field 'target' must be a string"),
+        ({"prompt": "x", "target": "  "}, "d.jsonl:2: field 'target' is empty"),
+        ({"prompt": "x", "target": "y", "prompt_ids": [1, 999]}, "d.jsonl:2: field 'prompt_ids' must be a list"),
+        ("{not json", "d.jsonl:2: not valid JSON"),
+        ("[1, 2]", "d.jsonl:2: expected a JSON object"),
+    ],
+)
 def test_bad_lines_are_refused_naming_file_line_and_field(tmp_path, row, message):
     f = write_lines(tmp_path / "d.jsonl", [{"prompt": "a", "target": "b"}, row])
     with pytest.raises(SpecRagError, match=message.replace("[", r"\[")) as exc:
@@ -118,8 +127,11 @@ def test_loss_equals_cross_entropy_on_target_tokens_only(tiny):
         manual += [-lp[n_p - 1 + j, t] for j, t in enumerate(e.target_ids)]
     assert int(count) == len(manual) == batch.num_targets
     np.testing.assert_allclose(float(total), np.sum(manual), rtol=1e-5)
-    np.testing.assert_allclose(float(total), -np.sum(np.take_along_axis(np.asarray(logp), batch.labels[..., None],
-                                                                        -1)[..., 0] * batch.mask), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(total),
+        -np.sum(np.take_along_axis(np.asarray(logp), batch.labels[..., None], -1)[..., 0] * batch.mask),
+        rtol=1e-5,
+    )
     # prompt tokens change the context but carry no loss: corrupting a prompt-only *label* changes nothing
     labels = batch.labels.copy()
     labels[batch.mask == 0] = 7
@@ -138,8 +150,16 @@ def test_training_forward_matches_inference_logits(tiny):
     pages = runner.allocator.allocate(-(-len(ids) // 8))
     want = runner.logits(runner.pack([Chunk(pages, 0, ids.tolist(), rows=list(range(len(ids))))]))
     batch = make_batch([[counting_examples(3, seed=9)[0], ex]], 1, 128)  # packed behind another example
-    got = np.asarray(row_logits(unstack_layers(params, cfg.num_layers), None, cfg,
-                                {k: jnp.asarray(getattr(batch, k)) for k in BATCH_KEYS}, mode="full",
-                                lora_scale=1.0, max_segments=2))[0]
+    got = np.asarray(
+        row_logits(
+            unstack_layers(params, cfg.num_layers),
+            None,
+            cfg,
+            {k: jnp.asarray(getattr(batch, k)) for k in BATCH_KEYS},
+            mode="full",
+            lora_scale=1.0,
+            max_segments=2,
+        )
+    )[0]
     start = int((batch.segments[0] == 0).sum())
-    np.testing.assert_allclose(got[start:start + len(ids)], want, atol=2e-5)
+    np.testing.assert_allclose(got[start : start + len(ids)], want, atol=2e-5)

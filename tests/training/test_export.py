@@ -22,8 +22,15 @@ from tests.training.conftest import counting_examples, small_config
 def run(tiny, tmp_path_factory):
     cfg, params = tiny
     out = tmp_path_factory.mktemp("run")
-    loop.train(cfg, params, counting_examples(40), counting_examples(8, seed=1),
-               small_config(optim=dict(steps=8), eval_every=4, save_every=4), out, base_name="tiny")
+    loop.train(
+        cfg,
+        params,
+        counting_examples(40),
+        counting_examples(8, seed=1),
+        small_config(optim=dict(steps=8), eval_every=4, save_every=4),
+        out,
+        base_name="tiny",
+    )
     return out
 
 
@@ -69,7 +76,6 @@ def test_refusals(tiny, run, tmp_path):
     (dest / ADAPTER_FILE).unlink()
     with pytest.raises(SpecRagError, match="no adapter.safetensors"):
         load_adapter(dest, "tiny", cfg, params)
-
 
 
 def test_a_failed_export_leaves_nothing(run, tmp_path, monkeypatch):

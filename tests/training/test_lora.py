@@ -41,8 +41,9 @@ def _logits(cfg, trainable, frozen, arrays, mode):
 def test_fresh_adapter_is_the_base_model(setup):
     cfg, _, params, _, arrays = setup
     fresh = init_lora(cfg, LORA, jax.random.PRNGKey(3))
-    np.testing.assert_array_equal(_logits(cfg, fresh, params, arrays, "lora"),
-                                  _logits(cfg, params, None, arrays, "full"))
+    np.testing.assert_array_equal(
+        _logits(cfg, fresh, params, arrays, "lora"), _logits(cfg, params, None, arrays, "full")
+    )
 
 
 def test_on_the_fly_equals_merged_in_either_layout(setup):
@@ -64,8 +65,9 @@ def _loss_fn(cfg, params, arrays):
 def test_gradients_match_central_finite_differences(setup):
     cfg, _, params, adapter, arrays = setup
     loss = _loss_fn(cfg, params, arrays)
-    grads = jax.jit(jax.grad(lambda a: mean_loss(a, params, cfg, arrays, mode="lora", lora_scale=LORA.scale,
-                                                 max_segments=4)))(adapter)
+    grads = jax.jit(
+        jax.grad(lambda a: mean_loss(a, params, cfg, arrays, mode="lora", lora_scale=LORA.scale, max_segments=4))
+    )(adapter)
     flat, unravel = jax.flatten_util.ravel_pytree(adapter)
     g = np.asarray(jax.flatten_util.ravel_pytree(grads)[0])
     rng = np.random.default_rng(0)

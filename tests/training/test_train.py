@@ -28,8 +28,9 @@ TRAIN, HELD = counting_examples(160, seed=0), counting_examples(20, seed=1)
 
 def test_a_few_hundred_steps_lower_the_held_out_loss(tiny, tmp_path):
     cfg, params = tiny
-    config = small_config(lora=LoraConfig(8, 16.0), batch=8, optim=dict(lr=2e-2, warmup=20, steps=300),
-                          eval_every=100, save_every=300)
+    config = small_config(
+        lora=LoraConfig(8, 16.0), batch=8, optim=dict(lr=2e-2, warmup=20, steps=300), eval_every=100, save_every=300
+    )
     result = loop.train(cfg, params, TRAIN, HELD, config, tmp_path, base_name="tiny")
     steps, evals = zip(*result.history.eval)
     assert steps == (0, 100, 200, 300)  # the base model first, then every --eval-every steps
@@ -59,8 +60,7 @@ def test_resume_continues_exactly_and_restores_bitwise(tiny, tmp_path):
     cfg, params = tiny
     config = small_config(optim=dict(steps=12), save_every=4, eval_every=4, keep_checkpoints=3)
     whole = loop.train(cfg, params, TRAIN, HELD, config, tmp_path / "a", base_name="tiny", keep_state=True)
-    part = loop.train(cfg, params, TRAIN, HELD, config, tmp_path / "b", base_name="tiny", stop_after=6,
-                      keep_state=True)
+    part = loop.train(cfg, params, TRAIN, HELD, config, tmp_path / "b", base_name="tiny", stop_after=6, keep_state=True)
     assert part.end_step == 6 and TrainCheckpoints(tmp_path / "b" / "checkpoints").latest_step() == 4
 
     # the checkpoint of step 4 holds exactly what the uninterrupted run had at step 4: same logits, bitwise
@@ -89,8 +89,11 @@ def test_refusals_on_resume(tiny, tmp_path):
     with pytest.raises(SpecRagError, match="already holds a training checkpoint .step 4.; pass --resume"):
         loop.train(cfg, params, TRAIN, HELD, config, tmp_path, base_name="tiny")
     other = init_params(cfg, seed=2)
-    with pytest.raises(SpecRagError, match=r"trained on base model 'tiny' \(fingerprint \w+\), not on 'other' "
-                                           r"\(fingerprint \w+\)"):
+    with pytest.raises(
+        SpecRagError,
+        match=r"trained on base model 'tiny' \(fingerprint \w+\), not on 'other' "
+        r"\(fingerprint \w+\)",
+    ):
         loop.train(cfg, other, TRAIN, HELD, config, tmp_path, base_name="other", resume=True)
     changed = small_config(optim=dict(steps=4, warmup=2, lr=5e-3), save_every=4)
     with pytest.raises(SpecRagError, match=r"differing: optim.lr: now 0.005, checkpoint 0.01"):
@@ -107,8 +110,11 @@ def test_full_fine_tuning_trains_every_parameter(tiny, tmp_path):
     assert result.trainable_params == n and result.frozen == {}
     restored, meta = TrainCheckpoints(tmp_path / "checkpoints").restore_trainable()
     assert meta["mode"] == "full" and meta["lora"] is None
-    moved = jax.tree_util.tree_map(lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
-                                   restored, unstack_layers(params, cfg.num_layers))
+    moved = jax.tree_util.tree_map(
+        lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
+        restored,
+        unstack_layers(params, cfg.num_layers),
+    )
     assert min(jax.tree_util.tree_leaves(moved)) > 0  # norms, embeddings and projections all updated
 
 
@@ -126,8 +132,14 @@ def test_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path):
         atomicity.AtomicRenameTemporaryPath.finalize = killed
         c.save(2, {{"a": np.arange(5.0) * 2}}, {{"m": np.zeros(3)}}, {{"note": "two"}})
     """)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert any("tmp" in p for p in os.listdir(tmp_path))  # the half-written step is there ...
     ckpts = TrainCheckpoints(tmp_path)

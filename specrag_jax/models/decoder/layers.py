@@ -103,9 +103,19 @@ class PagedAttention(nn.Module):
         if self.attention_mesh is not None:
             attend = functools.partial(sharded_paged_attention, mesh=self.attention_mesh)
         out = attend(
-            q, k, v, k_pool, v_pool, meta,
-            scale=cfg.attn_scale, window=self.window, softcap=cfg.attn_logit_softcap,
-            tree=self.tree, decode=self.decode, impl=self.attention_impl, plan=plan,
+            q,
+            k,
+            v,
+            k_pool,
+            v_pool,
+            meta,
+            scale=cfg.attn_scale,
+            window=self.window,
+            softcap=cfg.attn_logit_softcap,
+            tree=self.tree,
+            decode=self.decode,
+            impl=self.attention_impl,
+            plan=plan,
         )
         out = dense(cfg.hidden_size, "o")(out.reshape(t, cfg.num_heads * cfg.head_dim))
         return out, k_pool, v_pool

@@ -44,8 +44,9 @@ MOE_IMPLS = ("ragged", "gather")
 Params = dict[str, Any]
 
 
-def route(x: jax.Array, router_kernel: jax.Array, top_k: int,
-          dtype: jnp.dtype = jnp.float32) -> tuple[jax.Array, jax.Array, jax.Array]:
+def route(
+    x: jax.Array, router_kernel: jax.Array, top_k: int, dtype: jnp.dtype = jnp.float32
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """[T, H] -> (weights [T, k] float32, experts [T, k] int32, logits [T, E] float32); see module docstring."""
     logits = jnp.dot(x.astype(dtype), router_kernel.astype(dtype)).astype(jnp.float32)
     probs = jax.nn.softmax(logits, axis=-1)
@@ -76,8 +77,9 @@ def _cast(params: Params, dtype: jnp.dtype) -> tuple[jax.Array, jax.Array, jax.A
     return tuple(params[n]["kernel"].astype(dtype) for n in ("gate", "up", "down"))  # type: ignore[return-value]
 
 
-def experts_ragged(x: jax.Array, weights: jax.Array, experts: jax.Array, params: Params,
-                   dtype: jnp.dtype = jnp.float32) -> jax.Array:
+def experts_ragged(
+    x: jax.Array, weights: jax.Array, experts: jax.Array, params: Params, dtype: jnp.dtype = jnp.float32
+) -> jax.Array:
     """Grouped (dropless) SwiGLU experts for a given routing: sort rows by expert, ragged_dot, unsort."""
     k = experts.shape[1]
     gate, up, down = _cast(params, dtype)
@@ -88,8 +90,9 @@ def experts_ragged(x: jax.Array, weights: jax.Array, experts: jax.Array, params:
     return _combine(out[inverse], weights, dtype)
 
 
-def experts_gather(x: jax.Array, weights: jax.Array, experts: jax.Array, params: Params,
-                   dtype: jnp.dtype = jnp.float32) -> jax.Array:
+def experts_gather(
+    x: jax.Array, weights: jax.Array, experts: jax.Array, params: Params, dtype: jnp.dtype = jnp.float32
+) -> jax.Array:
     """Per-row gathered expert weights and batched matvecs: reads only the chosen experts (decode)."""
     k = experts.shape[1]
     gate, up, down = _cast(params, dtype)
@@ -105,8 +108,9 @@ def dense_routing(weights: jax.Array, experts: jax.Array, num_experts: int) -> j
     return jnp.einsum("tk,tke->te", weights.astype(jnp.float32), onehot)
 
 
-def dense_moe_reference(x: jax.Array, weights: jax.Array, experts: jax.Array, params: Params,
-                        dtype: jnp.dtype = jnp.float32) -> jax.Array:
+def dense_moe_reference(
+    x: jax.Array, weights: jax.Array, experts: jax.Array, params: Params, dtype: jnp.dtype = jnp.float32
+) -> jax.Array:
     """Every expert on every token, weighted by the dense routing matrix (test reference only)."""
     gate, up, down = _cast(params, dtype)
     xd = x.astype(dtype)
@@ -115,8 +119,9 @@ def dense_moe_reference(x: jax.Array, weights: jax.Array, experts: jax.Array, pa
     return jnp.einsum("te,teh->th", dense_routing(weights, experts, gate.shape[0]), y).astype(dtype)
 
 
-def moe_block(x: jax.Array, params: Params, top_k: int, dtype: jnp.dtype = jnp.float32,
-              impl: str = "ragged") -> jax.Array:
+def moe_block(
+    x: jax.Array, params: Params, top_k: int, dtype: jnp.dtype = jnp.float32, impl: str = "ragged"
+) -> jax.Array:
     """The sparse MoE feed-forward on [..., H] tokens (pure function over the parameter dict above)."""
     if impl not in MOE_IMPLS:
         raise ValueError(f"unknown MoE implementation {impl!r}; expected one of {MOE_IMPLS}")

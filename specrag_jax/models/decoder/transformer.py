@@ -40,16 +40,31 @@ class DecoderLayer(nn.Module):
     def __call__(self, x, meta: AttentionMetadata, k_pool: jax.Array, v_pool: jax.Array, plan=None):
         cfg = self.cfg
         h = RMSNorm(cfg.rms_norm_eps, name="attn_norm")(x)
-        attn = PagedAttention(cfg, self.window, self.rope_theta, self.dtype, self.attention_impl, self.tree,
-                              self.decode, self.attention_mesh, name="attn")
+        attn = PagedAttention(
+            cfg,
+            self.window,
+            self.rope_theta,
+            self.dtype,
+            self.attention_impl,
+            self.tree,
+            self.decode,
+            self.attention_mesh,
+            name="attn",
+        )
         h, k_pool, v_pool = attn(h, meta, k_pool, v_pool, plan)
         if cfg.sandwich_norm:
             h = RMSNorm(cfg.rms_norm_eps, name="post_attn_norm")(h)
         x = x + h
         h = RMSNorm(cfg.rms_norm_eps, name="mlp_norm")(x)
         if cfg.num_experts:
-            h = SparseMoE(cfg.num_experts, cfg.experts_per_token, cfg.intermediate_size, self.dtype,
-                          cfg.moe_impl_for(h.shape[0]), name="mlp")(h)
+            h = SparseMoE(
+                cfg.num_experts,
+                cfg.experts_per_token,
+                cfg.intermediate_size,
+                self.dtype,
+                cfg.moe_impl_for(h.shape[0]),
+                name="mlp",
+            )(h)
         else:
             h = GatedMLP(cfg, self.dtype, name="mlp")(h)
         if cfg.sandwich_norm:
@@ -89,8 +104,17 @@ class Decoder(nn.Module):
             plans = {w: tree_plan_for(meta, page_size, window=w, tree=self.tree) for w in sorted(set(windows))}
         k_pages, v_pages = list(pool.k), list(pool.v)
         for i in range(cfg.num_layers):
-            layer = DecoderLayer(cfg, windows[i], thetas[i], self.dtype, self.attention_impl, self.tree,
-                                 self.decode, self.attention_mesh, name=f"layers_{i}")
+            layer = DecoderLayer(
+                cfg,
+                windows[i],
+                thetas[i],
+                self.dtype,
+                self.attention_impl,
+                self.tree,
+                self.decode,
+                self.attention_mesh,
+                name=f"layers_{i}",
+            )
             x, k_pages[i], v_pages[i] = layer(x, meta, k_pages[i], v_pages[i], plans.get(windows[i]))
         x = RMSNorm(cfg.rms_norm_eps, name="final_norm")(x)
         if not cfg.tie_embeddings and self.is_initializing():  # create the head; logits_at applies it

@@ -53,10 +53,13 @@ class ModelCost:
         attn = h * q_dim + 2 * h * kv_dim + q_dim * h
         experts = cfg.experts_per_token if cfg.num_experts else 1
         mlp = 3 * h * cfg.intermediate_size * experts + (h * cfg.num_experts if cfg.num_experts else 0)
-        return cls(body_params=float(layers * (attn + mlp)), head_params=float(cfg.vocab_size * h),
-                   weight_bytes=float(weight_bytes),
-                   attn_flops_per_pair=4.0 * layers * q_dim,
-                   kv_bytes_per_token=2.0 * layers * kv_dim * kv_itemsize)
+        return cls(
+            body_params=float(layers * (attn + mlp)),
+            head_params=float(cfg.vocab_size * h),
+            weight_bytes=float(weight_bytes),
+            attn_flops_per_pair=4.0 * layers * q_dim,
+            kv_bytes_per_token=2.0 * layers * kv_dim * kv_itemsize,
+        )
 
     def step(self, tokens: int, pairs: float, *, context: float = 0.0, logits_rows: int | None = None) -> Cost:
         """One forward step over ``tokens`` new tokens with ``pairs`` visible (query, key) pairs and ``context``

@@ -35,8 +35,9 @@ def _scatter_body(pool: KVPool, page_ids: jax.Array, offsets: jax.Array, k: jax.
     def put(layer: jax.Array, rows: jax.Array) -> jax.Array:
         return layer.at[page_ids, offsets].set(rows.astype(layer.dtype), mode="drop")
 
-    return KVPool(k=tuple(put(x, k[i]) for i, x in enumerate(pool.k)),
-                  v=tuple(put(x, v[i]) for i, x in enumerate(pool.v)))
+    return KVPool(
+        k=tuple(put(x, k[i]) for i, x in enumerate(pool.k)), v=tuple(put(x, v[i]) for i, x in enumerate(pool.v))
+    )
 
 
 _scatter = jax.jit(_scatter_body, donate_argnames=("pool",))
@@ -70,8 +71,9 @@ def pool_to_host(pool: KVPool, pages: Sequence[int], n_tokens: int) -> tuple[np.
     return np.asarray(k)[:, :n_tokens], np.asarray(v)[:, :n_tokens]
 
 
-def host_to_pool_many(pool: KVPool, items: Sequence[tuple[Sequence[int], np.ndarray, np.ndarray]],
-                      pool_shardings: KVPool | None = None) -> KVPool:
+def host_to_pool_many(
+    pool: KVPool, items: Sequence[tuple[Sequence[int], np.ndarray, np.ndarray]], pool_shardings: KVPool | None = None
+) -> KVPool:
     """Scatter each ``(pages, k, v)`` (``k``/``v`` ``[L, n, Hkv, D]``) into its pages at slots ``0 .. n-1``, all
     in one call; ``pool`` is donated (use the returned pool). ``pool_shardings``: keep a sharded pool's layout."""
     if not items:
@@ -93,8 +95,8 @@ def host_to_pool_many(pool: KVPool, items: Sequence[tuple[Sequence[int], np.ndar
     v_all = np.zeros_like(k_all)
     start = 0
     for k, v in zip(ks, vs):  # one copy from (possibly memory-mapped) host arrays into the padded batch
-        k_all[:, start: start + k.shape[1]] = k
-        v_all[:, start: start + k.shape[1]] = v
+        k_all[:, start : start + k.shape[1]] = k
+        v_all[:, start : start + k.shape[1]] = v
         start += k.shape[1]
     if pool_shardings is None:
         return _scatter(pool, pid, off, k_all, v_all)

@@ -139,8 +139,13 @@ def pack_chunks(
     row_arr = np.zeros(r_pad, np.int32)
     row_arr[: len(rows)] = rows
     meta = AttentionMetadata(
-        token_seq=token_seq, positions=positions, parents=parents, token_valid=valid,
-        write_slots=write_slots, page_table=page_table, kv_lens=kv_lens,
+        token_seq=token_seq,
+        positions=positions,
+        parents=parents,
+        token_valid=valid,
+        write_slots=write_slots,
+        page_table=page_table,
+        kv_lens=kv_lens,
     )
     decode = all(len(c.tokens) == 1 and c.parents is None for c in chunks)
     return PackedStep(tokens, meta, row_arr, len(rows), tree, decode)

@@ -33,10 +33,26 @@ def _decoder(cfg, dtype, impl, tree, decode, attention_mesh=None) -> Decoder:
     return Decoder(cfg, jnp.dtype(dtype), impl, tree, decode, **extra)
 
 
-def _sample_body(params, pool, tokens, meta, rows, batch, penalties, *, cfg, impl, tree, decode, greedy_only, dtype,
-                 attention_mesh=None):
-    hidden, pool = _decoder(cfg, dtype, impl, tree, decode, attention_mesh).apply({"params": params}, tokens, meta,
-                                                                                   pool)
+def _sample_body(
+    params,
+    pool,
+    tokens,
+    meta,
+    rows,
+    batch,
+    penalties,
+    *,
+    cfg,
+    impl,
+    tree,
+    decode,
+    greedy_only,
+    dtype,
+    attention_mesh=None,
+):
+    hidden, pool = _decoder(cfg, dtype, impl, tree, decode, attention_mesh).apply(
+        {"params": params}, tokens, meta, pool
+    )
     logits = logits_at(params, cfg, hidden[rows])
     return (*sample_tokens(logits, batch, penalties, greedy_only=greedy_only), pool)
 
@@ -47,18 +63,21 @@ def _score_body(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, d
 
 
 def _logits_body(params, pool, tokens, meta, rows, *, cfg, impl, tree, decode, dtype, attention_mesh=None):
-    hidden, pool = _decoder(cfg, dtype, impl, tree, decode, attention_mesh).apply({"params": params}, tokens, meta,
-                                                                                   pool)
+    hidden, pool = _decoder(cfg, dtype, impl, tree, decode, attention_mesh).apply(
+        {"params": params}, tokens, meta, pool
+    )
     return logits_at(params, cfg, hidden[rows]), pool
 
 
-def _score_body_vocab_parallel(params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, decode, dtype,
-                               attention_mesh=None):
+def _score_body_vocab_parallel(
+    params, pool, tokens, meta, rows, targets, *, cfg, impl, tree, decode, dtype, attention_mesh=None
+):
     """Sharded scoring: full logits [rows, vocab] split over the vocabulary, then log-softmax (small all-reduces).
 
     The chunked scan of ``token_logprobs`` would gather a vocabulary-sharded output table on every device."""
-    hidden, pool = _decoder(cfg, dtype, impl, tree, decode, attention_mesh).apply({"params": params}, tokens, meta,
-                                                                                   pool)
+    hidden, pool = _decoder(cfg, dtype, impl, tree, decode, attention_mesh).apply(
+        {"params": params}, tokens, meta, pool
+    )
     logp = jax.nn.log_softmax(logits_at(params, cfg, hidden[rows]), axis=-1)
     return jnp.take_along_axis(logp, targets[:, None], axis=-1)[:, 0], pool
 
@@ -69,8 +88,12 @@ _score_step = jax.jit(_score_body, static_argnames=_STATIC, donate_argnames=("po
 _logits_step = jax.jit(_logits_body, static_argnames=_STATIC, donate_argnames=("pool",))
 _speculate_step = jax.jit(speculate_body, static_argnames=_STATIC + ("greedy_only",), donate_argnames=("pool",))
 # Sharded runs: the body, the number of per-step inputs after (params, pool), the number of outputs before the pool.
-_BODIES = {"sample": (_sample_body, 5, 4), "score": (_score_body_vocab_parallel, 4, 1), "logits": (_logits_body, 3, 1),
-           "speculate": (speculate_body, 5, 6)}
+_BODIES = {
+    "sample": (_sample_body, 5, 4),
+    "score": (_score_body_vocab_parallel, 4, 1),
+    "logits": (_logits_body, 3, 1),
+    "speculate": (speculate_body, 5, 6),
+}
 # Single-device runs through stored exports: the same, with the chunked-vocabulary scoring of ``_score_step``.
 _BODIES_UNSHARDED = {**_BODIES, "score": (_score_body, 4, 1)}
 
@@ -83,8 +106,9 @@ def _host_views(params: dict, device) -> dict:
         return params
 
     def view(a):
-        on_cpu = isinstance(a, np.ndarray) or (isinstance(a, jax.Array) and a.is_fully_addressable
-                                               and all(d.platform == "cpu" for d in a.devices()))
+        on_cpu = isinstance(a, np.ndarray) or (
+            isinstance(a, jax.Array) and a.is_fully_addressable and all(d.platform == "cpu" for d in a.devices())
+        )
         return np.asarray(a) if on_cpu else a
 
     return jax.tree_util.tree_map(view, params)
@@ -120,8 +144,7 @@ class ModelRunner:
         self.dtype = str(jax.tree_util.tree_leaves(params)[0].dtype)
         if placement is None:
             self.device = jax.devices()[0]
-            self.params = jax.device_put(unstack_layers(_host_views(params, self.device), cfg.num_layers),
-                                         self.device)
+            self.params = jax.device_put(unstack_layers(_host_views(params, self.device), cfg.num_layers), self.device)
         else:
             self.device = placement.replicated
             self.params = placement.put_params(cfg, unstack_layers(params, cfg.num_layers))
@@ -138,8 +161,7 @@ class ModelRunner:
         self.min_page_bucket = min(min_page_bucket, bucket(self.max_pages_per_seq))
         if placement is None:
             self.pool: KVPool = jax.device_put(
-                make_pool(cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim,
-                          jnp.dtype(self.dtype)),
+                make_pool(cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim, jnp.dtype(self.dtype)),
                 self.device,
             )
         else:
@@ -152,9 +174,14 @@ class ModelRunner:
     def pack(self, chunks: Sequence[Chunk], *, token_bucket: int | None = None, min_seqs: int = 1) -> PackedStep:
         """Pad and pack chunks into one step's arrays (see ``packing.pack_chunks``)."""
         return pack_chunks(
-            chunks, page_size=self.page_size, num_slots=self.pool.num_pages * self.page_size,
-            min_token_bucket=self.min_token_bucket, min_page_bucket=self.min_page_bucket,
-            max_page_bucket=bucket(self.max_pages_per_seq), token_bucket=token_bucket, min_seqs=min_seqs,
+            chunks,
+            page_size=self.page_size,
+            num_slots=self.pool.num_pages * self.page_size,
+            min_token_bucket=self.min_token_bucket,
+            min_page_bucket=self.min_page_bucket,
+            max_page_bucket=bucket(self.max_pages_per_seq),
+            token_bucket=token_bucket,
+            min_seqs=min_seqs,
         )
 
     # ---------------------------------------------------------------- execution
@@ -163,9 +190,18 @@ class ModelRunner:
         ``SampleOut`` for the real rows. Rows with a penalty slot count their token on device."""
         batch = sampling.padded(step.rows.shape[0])
         *out, self.pool = self._run(
-            "sample", step.tokens, step.meta, step.rows, batch, self.penalties.state,
-            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode,
-            greedy_only=batch.greedy_only(step.num_rows), dtype=self.dtype,
+            "sample",
+            step.tokens,
+            step.meta,
+            step.rows,
+            batch,
+            self.penalties.state,
+            cfg=self.cfg,
+            impl=self.attention_impl,
+            tree=step.tree,
+            decode=step.decode,
+            greedy_only=batch.greedy_only(step.num_rows),
+            dtype=self.dtype,
         )
         if batch.penalized:
             self.penalties.record(batch.slots, out[0])
@@ -176,16 +212,31 @@ class ModelRunner:
         tgt = np.zeros(step.rows.shape[0], np.int32)
         tgt[: len(targets)] = targets
         logprobs, self.pool = self._run(
-            "score", step.tokens, step.meta, step.rows, tgt,
-            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode, dtype=self.dtype,
+            "score",
+            step.tokens,
+            step.meta,
+            step.rows,
+            tgt,
+            cfg=self.cfg,
+            impl=self.attention_impl,
+            tree=step.tree,
+            decode=step.decode,
+            dtype=self.dtype,
         )
         return np.asarray(logprobs)[: step.num_rows]
 
     def logits(self, step: PackedStep) -> np.ndarray:
         """Run the step; full float32 logits [rows, vocab] at the wanted rows only (tests, parity checks)."""
         logits, self.pool = self._run(
-            "logits", step.tokens, step.meta, step.rows,
-            cfg=self.cfg, impl=self.attention_impl, tree=step.tree, decode=step.decode, dtype=self.dtype,
+            "logits",
+            step.tokens,
+            step.meta,
+            step.rows,
+            cfg=self.cfg,
+            impl=self.attention_impl,
+            tree=step.tree,
+            decode=step.decode,
+            dtype=self.dtype,
         )
         return np.asarray(logits)[: step.num_rows]
 
@@ -201,8 +252,17 @@ class ModelRunner:
             raise SpecRagError(f"a speculation step packs {s_pad} trees of {b} tokens, got {step.tokens.shape[0]}")
         batch = sampling.padded(s_pad)
         *out, self.pool = self._run(
-            "speculate", step.tokens, step.meta, pad_trees(trees, s_pad), batch, self.penalties.state,
-            cfg=self.cfg, impl=self.attention_impl, tree=True, decode=False, greedy_only=batch.greedy_only(s),
+            "speculate",
+            step.tokens,
+            step.meta,
+            pad_trees(trees, s_pad),
+            batch,
+            self.penalties.state,
+            cfg=self.cfg,
+            impl=self.attention_impl,
+            tree=True,
+            decode=False,
+            greedy_only=batch.greedy_only(s),
             dtype=self.dtype,
         )
         if batch.penalized:
@@ -224,14 +284,17 @@ class ModelRunner:
                 out = exported.call(kind, body, n_out, statics, self.params, self.pool, args)
                 if out is not None:
                     return out
-            fn = {"sample": _sample_step, "score": _score_step, "logits": _logits_step,
-                  "speculate": _speculate_step}[kind]
+            fn = {"sample": _sample_step, "score": _score_step, "logits": _logits_step, "speculate": _speculate_step}[
+                kind
+            ]
             return fn(self.params, self.pool, *args, **statics)
         fn, in_shardings = self._sharded_step(kind, args, statics)
         if not self.placement.replicated.is_fully_addressable:  # multi-process: every input as a global array
             args = jax.tree_util.tree_map(  # a sharding may cover a whole subtree (the sampling batch)
                 lambda sh, sub: jax.tree_util.tree_map(lambda x: self.placement.put(x, sh), sub),
-                tuple(in_shardings[2:]), tuple(args))
+                tuple(in_shardings[2:]),
+                tuple(args),
+            )
             *outs, pool = fn(self.params, self.pool, *args)
             return (*(o.addressable_data(0) for o in outs), pool)  # replicated: every process has all of it
         return fn(self.params, self.pool, *args)
@@ -253,13 +316,21 @@ class ModelRunner:
             if kind == "score" and not self._vocab_sharded():
                 body = _score_body  # a whole output table: the chunked scan never holds [rows, vocab] logits
             pl = self.placement
-            in_shardings = (self._param_shardings, self._pool_shardings, pl.token_sharding(key[1]),
-                            pl.meta_shardings(args[1])) + (pl.replicated,) * (n_in - 2)
+            in_shardings = (
+                self._param_shardings,
+                self._pool_shardings,
+                pl.token_sharding(key[1]),
+                pl.meta_shardings(args[1]),
+            ) + (pl.replicated,) * (n_in - 2)
             out_shardings = (pl.replicated,) * n_out + (self._pool_shardings,)
             if statics["impl"] == "pallas" and "attention_mesh" in getattr(Decoder, "__dataclass_fields__", {}):
                 statics = {**statics, "attention_mesh": pl.mesh}  # each device runs the kernel on its own heads
-            fn = jax.jit(functools.partial(body, **statics), in_shardings=in_shardings,
-                         out_shardings=out_shardings, donate_argnums=(1,))
+            fn = jax.jit(
+                functools.partial(body, **statics),
+                in_shardings=in_shardings,
+                out_shardings=out_shardings,
+                donate_argnums=(1,),
+            )
             self._sharded_steps[key] = (fn, in_shardings)
         return self._sharded_steps[key]
 

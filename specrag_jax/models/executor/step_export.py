@@ -80,8 +80,12 @@ class ExportedSteps:
     def call(self, kind: str, body: Callable, n_out: int, statics: dict, params: Any, pool: Any, args: tuple):
         """``body(params, pool, *args, **statics)`` -> ``(*outs, pool)``, through the stored export when possible."""
         arg_leaves, arg_tree = jax.tree_util.tree_flatten(args)
-        key = (kind, tuple(sorted(statics.items())), arg_tree,
-               tuple((np.shape(x), np.dtype(x.dtype)) for x in arg_leaves))
+        key = (
+            kind,
+            tuple(sorted(statics.items())),
+            arg_tree,
+            tuple((np.shape(x), np.dtype(x.dtype)) for x in arg_leaves),
+        )
         if key not in self._fns:
             self._fns[key] = self._load_or_export(key, body, statics, params, pool, args)
         fn = self._fns[key]
@@ -109,8 +113,9 @@ class ExportedSteps:
                 os.replace(tmp, path)
             return jax.jit(exported.call, donate_argnums=self._donated())
         except Exception as exc:  # a missing serializer, an unexportable op, a corrupt file: trace as usual
-            warnings.warn(f"step {key[0]} not exported ({type(exc).__name__}: {str(exc)[:120]}); tracing it instead",
-                          stacklevel=2)
+            warnings.warn(
+                f"step {key[0]} not exported ({type(exc).__name__}: {str(exc)[:120]}); tracing it instead", stacklevel=2
+            )
             return None
 
     def _export(self, body, statics, params, pool, args) -> jax.export.Exported:

@@ -22,7 +22,7 @@ Kernel = Callable[[np.ndarray, np.ndarray], None]  # (blocks uint8 [n, type_size
 
 def _f16(blocks: np.ndarray, start: int) -> np.ndarray:
     """The float16 at byte ``start`` of every block, as float32 ``[n, 1]``."""
-    return np.ascontiguousarray(blocks[:, start:start + 2]).view(np.float16).astype(np.float32)
+    return np.ascontiguousarray(blocks[:, start : start + 2]).view(np.float16).astype(np.float32)
 
 
 def _nibbles(qs: np.ndarray, out: np.ndarray) -> None:
@@ -130,8 +130,17 @@ def _q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
 
 
 KERNELS: dict[GGMLQuantizationType, Kernel] = {
-    Q.F32: _f32, Q.F16: _f16_rows, Q.BF16: _bf16, Q.Q8_0: _q8_0, Q.Q4_0: _q4_0, Q.Q4_1: _q4_1,
-    Q.Q5_0: _q5_0, Q.Q5_1: _q5_1, Q.Q4_K: _q4_k, Q.Q5_K: _q5_k, Q.Q6_K: _q6_k,
+    Q.F32: _f32,
+    Q.F16: _f16_rows,
+    Q.BF16: _bf16,
+    Q.Q8_0: _q8_0,
+    Q.Q4_0: _q4_0,
+    Q.Q4_1: _q4_1,
+    Q.Q5_0: _q5_0,
+    Q.Q5_1: _q5_1,
+    Q.Q4_K: _q4_k,
+    Q.Q5_K: _q5_k,
+    Q.Q6_K: _q6_k,
 }
 SUPPORTED = frozenset(KERNELS)
 
@@ -150,5 +159,5 @@ def dequantize_rows(raw: np.ndarray, qtype: GGMLQuantizationType, out: np.ndarra
     step = max(1, CHUNK_BYTES // max(1, out.shape[1] * 4))
     with np.errstate(all="ignore"):  # NaN/inf scales give NaN/inf, as in ggml, without warnings
         for r0 in range(0, rows, step):
-            blocks = np.ascontiguousarray(raw[r0:r0 + step]).reshape(-1, type_size)
-            kernel(blocks, out[r0:r0 + step].reshape(-1, block))
+            blocks = np.ascontiguousarray(raw[r0 : r0 + step]).reshape(-1, type_size)
+            kernel(blocks, out[r0 : r0 + step].reshape(-1, block))

@@ -21,8 +21,19 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from specrag_jax.errors import SpecRagError
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_DTYPES = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?",
-           10: "<u8", 11: "<i8", 12: "<f8"}
+_DTYPES = {
+    0: "<u1",
+    1: "<i1",
+    2: "<u2",
+    3: "<i2",
+    4: "<u4",
+    5: "<i4",
+    6: "<f4",
+    7: "?",
+    10: "<u8",
+    11: "<i8",
+    12: "<f8",
+}
 DEFAULT_ALIGNMENT = 32
 
 
@@ -152,12 +163,15 @@ class GGUFFile:
             except (ValueError, KeyError):
                 raise SpecRagError(f"tensor {name!r} has unknown GGML type id {raw_type} in {self.path}") from None
             if dims and dims[0] % block:
-                raise SpecRagError(f"tensor {name!r}: {dims[0]} columns are not whole {qtype.name} blocks "
-                                   f"in {self.path}")
+                raise SpecRagError(
+                    f"tensor {name!r}: {dims[0]} columns are not whole {qtype.name} blocks in {self.path}"
+                )
             n_bytes = math.prod(dims) * type_size // block
             if start + offset + n_bytes > size:
-                raise SpecRagError(f"GGUF file is truncated: tensor {name!r} needs bytes up to "
-                                   f"{start + offset + n_bytes} but the file has {size}: {self.path}")
+                raise SpecRagError(
+                    f"GGUF file is truncated: tensor {name!r} needs bytes up to "
+                    f"{start + offset + n_bytes} but the file has {size}: {self.path}"
+                )
             tensors.append(GGUFTensor(name, dims, qtype, start + offset, n_bytes))
         return tensors
 

@@ -26,13 +26,29 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ARCH_DEFAULTS, ModelConfig
 from specrag_jax.models.loading.dequant import SUPPORTED as SUPPORTED_QUANT_TYPES
 from specrag_jax.models.loading.gguf_header import GGUFFile
-from specrag_jax.models.loading.gguf_plan import (GGUF_MOE_LEGACY_NAMES, GGUF_MOE_NAMES, GGUF_NAMES, WORKERS,
-                                                  plan_leaves, reverse_permute_qk, run_jobs)
+from specrag_jax.models.loading.gguf_plan import (
+    GGUF_MOE_LEGACY_NAMES,
+    GGUF_MOE_NAMES,
+    GGUF_NAMES,
+    WORKERS,
+    plan_leaves,
+    reverse_permute_qk,
+    run_jobs,
+)
 from specrag_jax.models.loading.param_file import allocate_tree
 from specrag_jax.models.loading.params import LeafFn, unflatten
 
-__all__ = ["GGUF_MOE_LEGACY_NAMES", "GGUF_MOE_NAMES", "GGUF_NAMES", "SUPPORTED_QUANT_TYPES", "convert_gguf_file",
-           "gguf_config", "load_gguf", "open_gguf", "reverse_permute_qk"]
+__all__ = [
+    "GGUF_MOE_LEGACY_NAMES",
+    "GGUF_MOE_NAMES",
+    "GGUF_NAMES",
+    "SUPPORTED_QUANT_TYPES",
+    "convert_gguf_file",
+    "gguf_config",
+    "load_gguf",
+    "open_gguf",
+    "reverse_permute_qk",
+]
 
 GEMMA3_END_OF_TURN = 106
 GGUF_ARCHITECTURES = ("gemma3", "llama", "qwen2", "qwen3")  # general.architecture values we read
@@ -98,8 +114,12 @@ def gguf_config(reader: GGUFFile, path: str | Path = "") -> ModelConfig:
             raise SpecRagError(f"GGUF file {path}: shared experts ({arch}.expert_shared_count) are not supported")
         if int(reader.field(f"{arch}.expert_gating_func", 1) or 1) != 1:
             raise SpecRagError(f"GGUF file {path}: expert gating other than softmax is not supported")
-        values.update(ARCH_DEFAULTS["mixtral"], arch="mixtral", num_experts=experts,
-                      experts_per_token=int(reader.field(f"{arch}.expert_used_count")))
+        values.update(
+            ARCH_DEFAULTS["mixtral"],
+            arch="mixtral",
+            num_experts=experts,
+            experts_per_token=int(reader.field(f"{arch}.expert_used_count")),
+        )
     eos: list[int] = []
     for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"):
         value = reader.field(key, None)

@@ -52,10 +52,14 @@ GGUF_NAMES: dict[str, str] = {
 }
 # Mixture of experts: experts stacked on one axis (current llama.cpp), or one tensor per expert (older files).
 _FFN = ("gate", "up", "down")
-GGUF_MOE_NAMES = {"layers/mlp/router/kernel": "blk.{i}.ffn_gate_inp.weight",
-                  **{f"layers/mlp/{n}/kernel": f"blk.{{i}}.ffn_{n}_exps.weight" for n in _FFN}}
-GGUF_MOE_LEGACY_NAMES = {**GGUF_MOE_NAMES,
-                         **{f"layers/mlp/{n}/kernel": f"blk.{{i}}.ffn_{n}.{{j}}.weight" for n in _FFN}}
+GGUF_MOE_NAMES = {
+    "layers/mlp/router/kernel": "blk.{i}.ffn_gate_inp.weight",
+    **{f"layers/mlp/{n}/kernel": f"blk.{{i}}.ffn_{n}_exps.weight" for n in _FFN},
+}
+GGUF_MOE_LEGACY_NAMES = {
+    **GGUF_MOE_NAMES,
+    **{f"layers/mlp/{n}/kernel": f"blk.{{i}}.ffn_{n}.{{j}}.weight" for n in _FFN},
+}
 CHUNK_BYTES = 256 << 10  # float32 rows dequantised per step (in cache for the transposed write)
 MIN_KERNEL_ROWS = 32  # a transposed write puts at least this many floats (128 bytes) per destination row
 WORKERS = max(1, min(2, os.cpu_count() or 1))

@@ -18,8 +18,14 @@ from typing import Any
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ARCH_DEFAULTS, ModelConfig
 
-FAMILIES = {"llama": "llama", "mistral": "mistral", "mixtral": "mixtral", "qwen2": "qwen2", "qwen3": "qwen3",
-            "gemma3_text": "gemma3"}
+FAMILIES = {
+    "llama": "llama",
+    "mistral": "mistral",
+    "mixtral": "mixtral",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "gemma3_text": "gemma3",
+}
 _ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
 
 
@@ -77,7 +83,8 @@ def _layer_types(cfg: dict[str, Any], arch: str, num_layers: int) -> tuple[int |
     if arch in ("qwen2", "qwen3") and cfg.get("use_sliding_window") and window:
         types = cfg.get("layer_types") or [
             "sliding_attention" if i >= int(cfg.get("max_window_layers", 28)) else "full_attention"
-            for i in range(num_layers)]
+            for i in range(num_layers)
+        ]
         return (int(window), tuple(types)) if "sliding_attention" in types else (None, ())
     return None, ()
 
@@ -87,13 +94,19 @@ def unsupported_features(cfg: dict[str, Any], model_type: str, arch: str) -> Non
     checks = [
         ("attention_bias=true", bool(cfg.get("attention_bias")) and arch != "qwen2"),
         ("mlp_bias=true", bool(cfg.get("mlp_bias"))),
-        ("num_experts / num_local_experts (mixture of experts)",
-         arch != "mixtral" and bool(cfg.get("num_local_experts") or cfg.get("num_experts"))),
-        ("shared experts (shared_expert_intermediate_size / n_shared_experts)",
-         bool(cfg.get("shared_expert_intermediate_size") or cfg.get("n_shared_experts"))),
+        (
+            "num_experts / num_local_experts (mixture of experts)",
+            arch != "mixtral" and bool(cfg.get("num_local_experts") or cfg.get("num_experts")),
+        ),
+        (
+            "shared experts (shared_expert_intermediate_size / n_shared_experts)",
+            bool(cfg.get("shared_expert_intermediate_size") or cfg.get("n_shared_experts")),
+        ),
         ("norm_topk_prob=false (unnormalised top-k routing)", cfg.get("norm_topk_prob") is False),
-        ("moe_intermediate_size (per-expert width differing from intermediate_size)",
-         arch == "mixtral" and cfg.get("moe_intermediate_size") not in (None, cfg.get("intermediate_size"))),
+        (
+            "moe_intermediate_size (per-expert width differing from intermediate_size)",
+            arch == "mixtral" and cfg.get("moe_intermediate_size") not in (None, cfg.get("intermediate_size")),
+        ),
     ]
     for feature, present in checks:
         if present:
@@ -110,7 +123,8 @@ def hf_config_to_model_config(raw: dict[str, Any], name: str = "") -> ModelConfi
     arch = FAMILIES.get(str(model_type))
     if arch is None:
         raise SpecRagError(
-            f"unsupported Hugging Face model_type {model_type!r}; supported: {', '.join(sorted(FAMILIES))}")
+            f"unsupported Hugging Face model_type {model_type!r}; supported: {', '.join(sorted(FAMILIES))}"
+        )
     unsupported_features(cfg, str(model_type), arch)
     act = cfg.get("hidden_activation") or cfg.get("hidden_act") or ("gelu_pytorch_tanh" if arch == "gemma3" else "silu")
     if act not in _ACTIVATIONS:
@@ -152,8 +166,10 @@ def hf_config_to_model_config(raw: dict[str, Any], name: str = "") -> ModelConfi
     else:
         values["sliding_window"], values["layer_types"] = _layer_types(cfg, arch, num_layers)
     if arch == "mixtral":
-        values.update(num_experts=int(cfg.get("num_local_experts") or 0),
-                      experts_per_token=int(cfg.get("num_experts_per_tok") or 0))
+        values.update(
+            num_experts=int(cfg.get("num_local_experts") or 0),
+            experts_per_token=int(cfg.get("num_experts_per_tok") or 0),
+        )
         if values["num_experts"] < 1:
             raise SpecRagError(f"{model_type}: num_local_experts must be >= 1, got {cfg.get('num_local_experts')}")
     return ModelConfig(**values)

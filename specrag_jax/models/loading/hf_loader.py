@@ -56,11 +56,13 @@ HF_NAMES: dict[str, dict[str, str]] = {
     },
     "qwen3": {**_LLAMA, **_QK_NORMS},
     # As save_pretrained writes Mixtral (transformers 5.24 converts its fused in-memory experts back to these).
-    "mixtral": {**{k: v for k, v in _LLAMA.items() if "/mlp/" not in k},
-                "layers/mlp/router/kernel": "layers.{i}.block_sparse_moe.gate.weight",
-                "layers/mlp/gate/kernel": "layers.{i}.block_sparse_moe.experts.{j}.w1.weight",
-                "layers/mlp/up/kernel": "layers.{i}.block_sparse_moe.experts.{j}.w3.weight",
-                "layers/mlp/down/kernel": "layers.{i}.block_sparse_moe.experts.{j}.w2.weight"},
+    "mixtral": {
+        **{k: v for k, v in _LLAMA.items() if "/mlp/" not in k},
+        "layers/mlp/router/kernel": "layers.{i}.block_sparse_moe.gate.weight",
+        "layers/mlp/gate/kernel": "layers.{i}.block_sparse_moe.experts.{j}.w1.weight",
+        "layers/mlp/up/kernel": "layers.{i}.block_sparse_moe.experts.{j}.w3.weight",
+        "layers/mlp/down/kernel": "layers.{i}.block_sparse_moe.experts.{j}.w2.weight",
+    },
     "gemma3": {
         **_COMMON,
         **_QK_NORMS,
@@ -70,10 +72,12 @@ HF_NAMES: dict[str, dict[str, str]] = {
     },
 }
 # transformers' in-memory Mixtral layout (fused gate_up_proj [E, 2I, H]; "#gate"/"#up" select the halves).
-MIXTRAL_FUSED = {"layers/mlp/router/kernel": "layers.{i}.mlp.gate.weight",
-                 "layers/mlp/gate/kernel": "layers.{i}.mlp.experts.gate_up_proj#gate",
-                 "layers/mlp/up/kernel": "layers.{i}.mlp.experts.gate_up_proj#up",
-                 "layers/mlp/down/kernel": "layers.{i}.mlp.experts.down_proj"}
+MIXTRAL_FUSED = {
+    "layers/mlp/router/kernel": "layers.{i}.mlp.gate.weight",
+    "layers/mlp/gate/kernel": "layers.{i}.mlp.experts.gate_up_proj#gate",
+    "layers/mlp/up/kernel": "layers.{i}.mlp.experts.gate_up_proj#up",
+    "layers/mlp/down/kernel": "layers.{i}.mlp.experts.down_proj",
+}
 _MODEL_PREFIXES = ("model.", "model.language_model.", "language_model.model.")
 LM_HEADS = ("lm_head.weight", "language_model.lm_head.weight")
 
@@ -89,8 +93,9 @@ def _tensor_index(directory: Path) -> dict[str, Path]:
         missing = sorted({file for file in weight_map.values() if not (directory / file).is_file()})
         if missing:
             more = f" (+{len(missing) - 1} more)" if len(missing) > 1 else ""
-            raise SpecRagError(f"checkpoint in {directory} is missing shard file {missing[0]!r}{more}, "
-                               f"listed in {index.name}")
+            raise SpecRagError(
+                f"checkpoint in {directory} is missing shard file {missing[0]!r}{more}, listed in {index.name}"
+            )
         return {name: directory / file for name, file in weight_map.items()}
     files = sorted(directory.glob("*.safetensors"))
     if not files:
@@ -132,7 +137,9 @@ def hf_plan(directory: str | Path) -> HFPlan:
     head = next((h for h in LM_HEADS if h in index), None)
     if not cfg.tie_embeddings:
         if head is None:
-            warnings.warn(f"{directory}: tie_word_embeddings is false but lm_head.weight is missing; tying", stacklevel=2)
+            warnings.warn(
+                f"{directory}: tie_word_embeddings is false but lm_head.weight is missing; tying", stacklevel=2
+            )
             cfg = cfg.replace(tie_embeddings=True)
         else:
             names["lm_head/kernel"] = head

@@ -89,8 +89,9 @@ def tensor_infos(plan: HFPlan) -> dict[str, TensorInfo]:
         header = read_header(file)
         for name in names:
             if name not in header:
-                raise SpecRagError(f"checkpoint in {plan.directory}: tensor {name!r} is not in {file.name}, "
-                                   "where the index puts it")
+                raise SpecRagError(
+                    f"checkpoint in {plan.directory}: tensor {name!r} is not in {file.name}, where the index puts it"
+                )
             out[name] = header[name]
     return out
 
@@ -129,13 +130,20 @@ def leaf_readers(plan: HFPlan, infos: dict[str, TensorInfo]) -> dict[str, Reader
 
 def _check_unexpected(plan: HFPlan, used: set[str]) -> None:
     """Every language-model tensor must be used (vision towers etc. under other prefixes are skipped)."""
-    extra = sorted(n for n in plan.index
-                   if (n.startswith(plan.prefix) or n in LM_HEADS) and n not in used and not IGNORED.search(n)
-                   and not (n in LM_HEADS and plan.cfg.tie_embeddings))
+    extra = sorted(
+        n
+        for n in plan.index
+        if (n.startswith(plan.prefix) or n in LM_HEADS)
+        and n not in used
+        and not IGNORED.search(n)
+        and not (n in LM_HEADS and plan.cfg.tie_embeddings)
+    )
     if extra:
         more = f" (+{len(extra) - 1} more)" if len(extra) > 1 else ""
-        raise SpecRagError(f"checkpoint in {plan.directory} has unexpected tensor {extra[0]!r}{more}; "
-                           f"the {plan.cfg.arch} model has no parameter for it")
+        raise SpecRagError(
+            f"checkpoint in {plan.directory} has unexpected tensor {extra[0]!r}{more}; "
+            f"the {plan.cfg.arch} model has no parameter for it"
+        )
 
 
 @functools.lru_cache(maxsize=8)
@@ -152,8 +160,9 @@ def abstract_params(cfg: ModelConfig, dtype: str) -> dict[str, Any]:
     return tree
 
 
-def load_hf_streaming(directory: str | Path, dtype: str = "float32",
-                      shardings: ShardingsFn | None = None) -> tuple[ModelConfig, dict[str, Any]]:
+def load_hf_streaming(
+    directory: str | Path, dtype: str = "float32", shardings: ShardingsFn | None = None
+) -> tuple[ModelConfig, dict[str, Any]]:
     """``(ModelConfig, params)`` from a Hugging Face directory, leaves jax arrays of ``dtype``.
 
     ``shardings(cfg, abstract_tree)``: a Sharding per leaf (e.g. ``Placement.param_shardings``); each leaf is

@@ -104,8 +104,9 @@ def load_model_params(
         return convert_gguf_file(path, dtype, file)
 
     if cache:
-        cfg, params, result = load_params_cached(path, convert, dtype=dtype, shardings=shardings,
-                                                 build=build if path.is_file() else None)
+        cfg, params, result = load_params_cached(
+            path, convert, dtype=dtype, shardings=shardings, build=build if path.is_file() else None
+        )
         hit, entry = result.hit, (str(result.entry) if result.entry else None)
     else:
         (cfg, params), hit, entry = convert(), False, None

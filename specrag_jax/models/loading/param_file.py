@@ -163,8 +163,9 @@ def _host_blocks(value: Any) -> Iterator[np.ndarray]:
         yield np.asarray(_slice(value, starts, tuple(s.stop - s.start for s in index)))
 
 
-def load_tree(path: str | Path, expected: Mapping[str, Any] | None = None,
-              shardings: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+def load_tree(
+    path: str | Path, expected: Mapping[str, Any] | None = None, shardings: Callable[[Any], Any] | None = None
+) -> dict[str, Any]:
     """Read a file written by ``save_tree`` into a nested dict of jax arrays (default device, uncommitted).
 
     ``expected``: a nested dict of ``(shape, dtype)`` pairs; the file must hold exactly those tensors.

@@ -16,8 +16,9 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig, param_shapes
 
 
-def flatten_tree(tree: Mapping[str, Any], prefix: str = "",
-                 is_leaf: Callable[[Any], bool] = lambda x: not isinstance(x, Mapping)) -> dict[str, Any]:
+def flatten_tree(
+    tree: Mapping[str, Any], prefix: str = "", is_leaf: Callable[[Any], bool] = lambda x: not isinstance(x, Mapping)
+) -> dict[str, Any]:
     """``{"a": {"b": x}}`` -> ``{"a/b": x}``."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
@@ -84,8 +85,9 @@ def assemble_params(
         for i in range(cfg.num_layers):
             name = template.replace("{j}", "*").format(i=i)
             if "{j}" in template:  # one tensor per expert: stacked on a leading expert axis
-                w = np.stack([_fetch_checked(fetch, template.format(i=i, j=j), leaf, shape[2:])
-                              for j in range(cfg.num_experts)])
+                w = np.stack(
+                    [_fetch_checked(fetch, template.format(i=i, j=j), leaf, shape[2:]) for j in range(cfg.num_experts)]
+                )
             else:
                 w = fetch(name, leaf)
             w = np.swapaxes(w, -1, -2) if kernel else w  # [E,] out, in -> [E,] in, out
@@ -96,8 +98,7 @@ def assemble_params(
     return unflatten(flat)
 
 
-def _fetch_checked(fetch: Callable[[str, str], np.ndarray], name: str, leaf: str,
-                   want: tuple[int, ...]) -> np.ndarray:
+def _fetch_checked(fetch: Callable[[str, str], np.ndarray], name: str, leaf: str, want: tuple[int, ...]) -> np.ndarray:
     """One expert's ``[out, in]`` tensor, its shape checked (as ``[in, out]``) before stacking."""
     w = fetch(name, leaf)
     check_shape(name, w.shape[::-1], want)

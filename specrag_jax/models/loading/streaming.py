@@ -46,8 +46,9 @@ def _normalize(index: Index, shape: Sequence[int]) -> Index:
     return tuple(slice(*s.indices(n)[:2]) for s, n in zip(index, shape))
 
 
-def chunk_slices(shape: Sequence[int], itemsize: int, order: Sequence[int] | None = None,
-                 limit: int | None = None) -> Iterator[Index]:
+def chunk_slices(
+    shape: Sequence[int], itemsize: int, order: Sequence[int] | None = None, limit: int | None = None
+) -> Iterator[Index]:
     """Blocks tiling ``shape``, each at most ``max(limit, itemsize)`` bytes (default ``CHUNK_BYTES``).
 
     ``order``: the axes from outermost to innermost in the source's memory order (default C order). A block keeps
@@ -88,8 +89,9 @@ def _host(block: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], index: Ind
     return block
 
 
-def _fill(device: jax.Device | None, index: Index, dtype: np.dtype, read: Reader,
-          order: Sequence[int] | None) -> jax.Array:
+def _fill(
+    device: jax.Device | None, index: Index, dtype: np.dtype, read: Reader, order: Sequence[int] | None
+) -> jax.Array:
     """One device's shard (``index`` of the global array) from chunks of ``read``."""
     shape = tuple(s.stop - s.start for s in index)
     if math.prod(shape) * dtype.itemsize <= CHUNK_BYTES:
@@ -104,8 +106,9 @@ def _fill(device: jax.Device | None, index: Index, dtype: np.dtype, read: Reader
     return buf
 
 
-def place(shape: Sequence[int], dtype: Any, sharding: Sharding | None, read: Reader,
-          order: Sequence[int] | None = None) -> jax.Array:
+def place(
+    shape: Sequence[int], dtype: Any, sharding: Sharding | None, read: Reader, order: Sequence[int] | None = None
+) -> jax.Array:
     """A ``shape`` array of ``dtype`` with ``sharding`` (None: the default device, uncommitted) whose values are
     ``read(index)`` (host blocks of any float dtype, cast here); ``order`` as in ``chunk_slices``."""
     shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)

@@ -54,12 +54,15 @@ class ShardingFailed(SpecRagError):
     """The shardings function failed on a cache hit (e.g. a mesh that does not divide a dimension)."""
 
 
-def restore_params(directory: str | Path, cfg: ModelConfig, dtype: str,
-                   shardings: ShardingsFn | None = None) -> dict[str, Any]:
+def restore_params(
+    directory: str | Path, cfg: ModelConfig, dtype: str, shardings: ShardingsFn | None = None
+) -> dict[str, Any]:
     """Read the saved tree memory-mapped (into ``shardings(cfg, abstract)`` if given); it must hold exactly
     the shapes and dtype ``cfg`` needs."""
-    expected = jax.tree.map(lambda shape: (tuple(shape), jax.numpy.dtype(dtype)), param_shapes(cfg),
-                            is_leaf=lambda x: isinstance(x, tuple))
+    expected = jax.tree.map(
+        lambda shape: (tuple(shape), jax.numpy.dtype(dtype)), param_shapes(cfg), is_leaf=lambda x: isinstance(x, tuple)
+    )
+
     def per_tree(tree: Any) -> Any:
         try:
             return shardings(cfg, tree)
@@ -92,8 +95,9 @@ def _file_list(root: Path) -> dict[str, int]:
     return {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _read_entry(entry: Path, key: dict[str, Any],
-                shardings: ShardingsFn | None = None) -> tuple[ModelConfig, dict[str, Any]]:
+def _read_entry(
+    entry: Path, key: dict[str, Any], shardings: ShardingsFn | None = None
+) -> tuple[ModelConfig, dict[str, Any]]:
     if json.loads((entry / "key.json").read_text()) != key:
         raise ValueError("key mismatch")
     if _file_list(entry / "params") != json.loads((entry / "files.json").read_text()):

@@ -17,9 +17,16 @@ import numpy as np
 from specrag_jax.models.sampling.params import SamplingParams
 
 _FIELDS = {  # name: (dtype, value of a padded row)
-    "temperature": (np.float32, 0.0), "top_k": (np.int32, 0), "top_p": (np.float32, 1.0), "seeds": (np.uint32, 0),
-    "steps": (np.int32, 0), "presence": (np.float32, 0.0), "frequency": (np.float32, 0.0),
-    "repetition": (np.float32, 1.0), "slots": (np.int32, 0), "top_n": (np.int32, 0),
+    "temperature": (np.float32, 0.0),
+    "top_k": (np.int32, 0),
+    "top_p": (np.float32, 1.0),
+    "seeds": (np.uint32, 0),
+    "steps": (np.int32, 0),
+    "presence": (np.float32, 0.0),
+    "frequency": (np.float32, 0.0),
+    "repetition": (np.float32, 1.0),
+    "slots": (np.int32, 0),
+    "top_n": (np.int32, 0),
 }
 
 
@@ -42,13 +49,18 @@ class SamplingBatch:
     top_n: np.ndarray
 
     @classmethod
-    def of(cls, params: Sequence[SamplingParams], steps: Sequence[int],
-           slots: Sequence[int] | None = None) -> "SamplingBatch":
+    def of(
+        cls, params: Sequence[SamplingParams], steps: Sequence[int], slots: Sequence[int] | None = None
+    ) -> "SamplingBatch":
         """The rows of ``params`` (``steps``: tokens each row has generated; ``slots``: count rows, default 0)."""
         cols = {
-            "temperature": [p.temperature for p in params], "top_k": [p.top_k for p in params],
-            "top_p": [p.top_p for p in params], "seeds": [p.seed for p in params], "steps": list(steps),
-            "presence": [p.presence_penalty for p in params], "frequency": [p.frequency_penalty for p in params],
+            "temperature": [p.temperature for p in params],
+            "top_k": [p.top_k for p in params],
+            "top_p": [p.top_p for p in params],
+            "seeds": [p.seed for p in params],
+            "steps": list(steps),
+            "presence": [p.presence_penalty for p in params],
+            "frequency": [p.frequency_penalty for p in params],
             "repetition": [p.repetition_penalty for p in params],
             "slots": list(slots) if slots is not None else [0] * len(params),
             "top_n": [p.top_logprobs for p in params],
@@ -69,8 +81,9 @@ class SamplingBatch:
         extra = rows - self.num_rows
         if extra < 0:
             raise ValueError(f"{self.num_rows} sampling rows for a step of {rows}")
-        return SamplingBatch(**{k: np.concatenate([getattr(self, k), np.full(extra, v, dt)])
-                                for k, (dt, v) in _FIELDS.items()})
+        return SamplingBatch(
+            **{k: np.concatenate([getattr(self, k), np.full(extra, v, dt)]) for k, (dt, v) in _FIELDS.items()}
+        )
 
     def greedy_only(self, real_rows: int | None = None) -> bool:
         """Whether the first ``real_rows`` rows (default all) are greedy: the step then skips the filters."""

@@ -11,8 +11,7 @@ import jax
 import jax.numpy as jnp
 
 
-def filtered_logits(logits: jax.Array, temperature: jax.Array, top_k: jax.Array,
-                    top_p: jax.Array) -> jax.Array:
+def filtered_logits(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
     """[R, V] float32 logits -> temperature-scaled logits with filtered tokens at -inf (rows with T > 0)."""
     vocab = logits.shape[-1]
     scaled = logits / jnp.maximum(temperature, 1e-6)[:, None]
@@ -29,8 +28,7 @@ def filtered_logits(logits: jax.Array, temperature: jax.Array, top_k: jax.Array,
     return jnp.where(scaled >= threshold, scaled, -jnp.inf)
 
 
-def target_probs(logits: jax.Array, temperature: jax.Array, top_k: jax.Array,
-                 top_p: jax.Array) -> jax.Array:
+def target_probs(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
     """[R, V] probabilities plain decoding samples from; a temperature-0 row is one-hot at its argmax."""
     sampled = jax.nn.softmax(filtered_logits(logits, temperature, top_k, top_p), axis=-1)
     greedy = jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=sampled.dtype)

@@ -52,5 +52,3 @@ class SamplingParams:
     def penalized(self) -> bool:
         """Whether any penalty is on (the sequence then needs a row of device token counts)."""
         return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
-
-

@@ -64,8 +64,9 @@ def path_tokens(tokens: jax.Array, parents: jax.Array) -> jax.Array:
 def penalize_tree(logits: jax.Array, tokens: jax.Array, parents: jax.Array, batch, state: PenaltyState) -> jax.Array:
     """Verifier ``logits [S, B, V]`` of stacked token trees penalised as plain decoding would at each node: the
     sequence's counts plus the tree tokens on the node's path (its own included, the root already counted)."""
-    extra = jnp.einsum("sca,sav->scv", path_tokens(tokens, parents),
-                       jax.nn.one_hot(tokens, logits.shape[-1], dtype=jnp.float32))
+    extra = jnp.einsum(
+        "sca,sav->scv", path_tokens(tokens, parents), jax.nn.one_hot(tokens, logits.shape[-1], dtype=jnp.float32)
+    )
     counts = state.counts[batch.slots][:, None, :] + extra.astype(jnp.int32)
     return _apply(logits, counts, jnp.broadcast_to(state.seen[batch.slots][:, None, :], logits.shape), batch)
 
@@ -75,11 +76,13 @@ def penalized_logits(logits: jax.Array, batch, state: PenaltyState) -> jax.Array
     return jax.lax.cond(jnp.any(batch.slots > 0), lambda x: penalize(x, batch, state), lambda x: x, logits)
 
 
-def penalized_tree_logits(logits: jax.Array, tokens: jax.Array, parents: jax.Array, batch,
-                          state: PenaltyState) -> jax.Array:
+def penalized_tree_logits(
+    logits: jax.Array, tokens: jax.Array, parents: jax.Array, batch, state: PenaltyState
+) -> jax.Array:
     """``penalize_tree`` when a sequence has a count slot, else ``logits`` unchanged."""
-    return jax.lax.cond(jnp.any(batch.slots > 0), lambda x: penalize_tree(x, tokens, parents, batch, state),
-                        lambda x: x, logits)
+    return jax.lax.cond(
+        jnp.any(batch.slots > 0), lambda x: penalize_tree(x, tokens, parents, batch, state), lambda x: x, logits
+    )
 
 
 @functools.partial(jax.jit, donate_argnums=0)
@@ -129,8 +132,9 @@ class PenaltyTable:
         if self.state is not None and self.num_free != self.capacity:
             raise SpecRagError("the penalty table cannot grow while sequences hold slots")
         n = slots + 1
-        self.state = jax.device_put(PenaltyState(np.zeros((n, self.vocab_size), np.int32),
-                                                 np.zeros((n, self.vocab_size), bool)), self.device)
+        self.state = jax.device_put(
+            PenaltyState(np.zeros((n, self.vocab_size), np.int32), np.zeros((n, self.vocab_size), bool)), self.device
+        )
         self._free = list(range(n - 1, 0, -1))
 
     def acquire(self, prompt: Sequence[int]) -> int:

@@ -27,8 +27,9 @@ class SampleOut(NamedTuple):
     top_logprobs: jax.Array  # [R, MAX_TOP_LOGPROBS] their log-probabilities, descending
 
 
-def top_logprobs(x: jax.Array, top_n: jax.Array, prepare: Callable[[jax.Array], jax.Array] = lambda x: x
-                 ) -> tuple[jax.Array, jax.Array]:
+def top_logprobs(
+    x: jax.Array, top_n: jax.Array, prepare: Callable[[jax.Array], jax.Array] = lambda x: x
+) -> tuple[jax.Array, jax.Array]:
     """(ids, log-probabilities) of the ``MAX_TOP_LOGPROBS`` most likely tokens of each row of the log-probabilities
     ``prepare(x) [..., V]`` when any ``top_n`` > 0, else zeros (then neither ``prepare`` nor top-k runs)."""
     shape = jax.eval_shape(prepare, x).shape[:-1] + (MAX_TOP_LOGPROBS,)
@@ -43,8 +44,7 @@ def top_logprobs(x: jax.Array, top_n: jax.Array, prepare: Callable[[jax.Array], 
     return jax.lax.cond(jnp.any(top_n > 0), top, none, x)
 
 
-def sample_tokens(logits: jax.Array, batch: SamplingBatch, penalties: PenaltyState, *,
-                  greedy_only: bool) -> SampleOut:
+def sample_tokens(logits: jax.Array, batch: SamplingBatch, penalties: PenaltyState, *, greedy_only: bool) -> SampleOut:
     """Pick one token per row of float32 ``logits`` [R, V] with the rows' parameters (``batch``).
 
     Each row's key is ``fold_in(PRNGKey(seed), step)``, so a row samples the same tokens whatever batch it

@@ -48,8 +48,9 @@ def draw_uniforms(key: jax.Array, budget: int) -> tuple[jax.Array, jax.Array]:
     return jax.random.uniform(coin_key, (budget,)), final_key
 
 
-def tree_walk(child_prob: jax.Array, first_child: jax.Array, next_sibling: jax.Array,
-              coins: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def tree_walk(
+    child_prob: jax.Array, first_child: jax.Array, next_sibling: jax.Array, coins: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Accepted path [B], its length n (accepted nodes) and the node where the walk stopped.
 
     ``child_prob[c]`` = target probability of node c's token at its parent (1/0 for greedy).
@@ -75,8 +76,9 @@ def tree_walk(child_prob: jax.Array, first_child: jax.Array, next_sibling: jax.A
     return path, n, last
 
 
-def accept_from_probs(probs: jax.Array, tree: TokenTree, coins: jax.Array,
-                      final_key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def accept_from_probs(
+    probs: jax.Array, tree: TokenTree, coins: jax.Array, final_key: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Sampling acceptance against target probabilities ``probs`` [B, V]: (path, n, emitted tokens)."""
     vocab = probs.shape[-1]
     has_parent = tree.valid & (tree.parents >= 0)
@@ -98,16 +100,23 @@ def accept_greedy_ids(argmax_ids: jax.Array, tree: TokenTree) -> tuple[jax.Array
     return path, n, _emitted(tree, path, n, argmax_ids[last].astype(jnp.int32))
 
 
-def accept_tree(logits: jax.Array, tree: TokenTree, temperature: jax.Array, top_k: jax.Array,
-                top_p: jax.Array, key: jax.Array, *, greedy_only: bool) -> AcceptResult:
+def accept_tree(
+    logits: jax.Array,
+    tree: TokenTree,
+    temperature: jax.Array,
+    top_k: jax.Array,
+    top_p: jax.Array,
+    key: jax.Array,
+    *,
+    greedy_only: bool,
+) -> AcceptResult:
     """One sequence: float32 ``logits`` [B, V], scalar sampling parameters (temperature 0 = greedy)."""
     b = logits.shape[0]
     if greedy_only:
         path, n, tokens = accept_greedy_ids(jnp.argmax(logits, axis=-1), tree)
     else:
         row = lambda x, dtype: jnp.broadcast_to(jnp.asarray(x, dtype), (b,))  # noqa: E731
-        probs = target_probs(logits, row(temperature, jnp.float32), row(top_k, jnp.int32),
-                             row(top_p, jnp.float32))
+        probs = target_probs(logits, row(temperature, jnp.float32), row(top_k, jnp.int32), row(top_p, jnp.float32))
         path, n, tokens = accept_from_probs(probs, tree, *draw_uniforms(key, b))
     k = jnp.arange(b)
     rows = jnp.maximum(path, 0)
@@ -116,8 +125,16 @@ def accept_tree(logits: jax.Array, tree: TokenTree, temperature: jax.Array, top_
 
 
 @functools.partial(jax.jit, static_argnames="greedy_only")
-def accept_trees(logits: jax.Array, trees: TokenTree, temperature: jax.Array, top_k: jax.Array,
-                 top_p: jax.Array, keys: jax.Array, *, greedy_only: bool) -> AcceptResult:
+def accept_trees(
+    logits: jax.Array,
+    trees: TokenTree,
+    temperature: jax.Array,
+    top_k: jax.Array,
+    top_p: jax.Array,
+    keys: jax.Array,
+    *,
+    greedy_only: bool,
+) -> AcceptResult:
     """Batched ``accept_tree``: logits [S, B, V], stacked trees [S, B], per-row params and keys [S].
 
     Per-row keys as ``sample_tokens`` derives them, ``fold_in(PRNGKey(seed), step)``, keep a sequence's

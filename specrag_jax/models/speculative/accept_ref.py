@@ -16,18 +16,26 @@ from specrag_jax.models.speculative.accept import draw_uniforms
 from specrag_jax.models.speculative.tree import TokenTree
 
 
-def accept_reference(logits: np.ndarray, tree: TokenTree, temperature: float, top_k: int, top_p: float,
-                     key: jax.Array) -> tuple[list[int], list[int]]:
+def accept_reference(
+    logits: np.ndarray, tree: TokenTree, temperature: float, top_k: int, top_p: float, key: jax.Array
+) -> tuple[list[int], list[int]]:
     """(accepted path of chunk indices, starting with the root 0; emitted tokens incl. the bonus)."""
     b = logits.shape[0]
-    probs = np.asarray(target_probs(jnp.asarray(logits, jnp.float32), jnp.full(b, temperature, jnp.float32),
-                                    jnp.full(b, top_k, jnp.int32), jnp.full(b, top_p, jnp.float32)))
+    probs = np.asarray(
+        target_probs(
+            jnp.asarray(logits, jnp.float32),
+            jnp.full(b, temperature, jnp.float32),
+            jnp.full(b, top_k, jnp.int32),
+            jnp.full(b, top_p, jnp.float32),
+        )
+    )
     coins, final_key = draw_uniforms(key, b)
     return reference_from_probs(probs, tree, np.asarray(coins), final_key)
 
 
-def reference_from_probs(probs: np.ndarray, tree: TokenTree, coins: np.ndarray,
-                         final_key: jax.Array) -> tuple[list[int], list[int]]:
+def reference_from_probs(
+    probs: np.ndarray, tree: TokenTree, coins: np.ndarray, final_key: jax.Array
+) -> tuple[list[int], list[int]]:
     """The walk itself on target probabilities [B, V] (one-hot rows = greedy)."""
     parents, tokens, valid = (np.asarray(x) for x in (tree.parents, tree.tokens, tree.valid))
     path, emitted = [0], []

@@ -79,16 +79,26 @@ EmitFn = Callable[[int, int, float], None]  # (sequence index, token, logprob); 
 PlainStepFn = Callable[[list[int]], None]  # one plain decode step for these sequence indices
 
 
-def speculative_decode(runner, seqs: Sequence[_Sequence], max_new: int, spec: Speculation, width: int,
-                       emit: EmitFn, plain_step: PlainStepFn, stats: Sequence[SpeculationStats]) -> None:
+def speculative_decode(
+    runner,
+    seqs: Sequence[_Sequence],
+    max_new: int,
+    spec: Speculation,
+    width: int,
+    emit: EmitFn,
+    plain_step: PlainStepFn,
+    stats: Sequence[SpeculationStats],
+) -> None:
     """Decode every unfinished sequence to its end with speculation; ``width`` = the batch's sequence bucket."""
     vocab = runner.cfg.vocab_size
     while True:
         active = [i for i, s in enumerate(seqs) if s.finish is None]
         if not active:
             return
-        proposals = {i: propose(spec.proposer_for(i), seqs[i].prompt + seqs[i].out, max_new - len(seqs[i].out) - 1,
-                                vocab) for i in active}
+        proposals = {
+            i: propose(spec.proposer_for(i), seqs[i].prompt + seqs[i].out, max_new - len(seqs[i].out) - 1, vocab)
+            for i in active
+        }
         largest = max(count_trie_nodes(p) for p in proposals.values())
         budget = _budget(runner, seqs, active, largest, spec.max_budget)
         if budget is None:
@@ -103,12 +113,12 @@ def speculative_decode(runner, seqs: Sequence[_Sequence], max_new: int, spec: Sp
             _grow_pages(runner, s, kv_len + budget)
             tree = build_tree(proposals[i], s.out[-1], budget, vocab_size=vocab)
             trees.append(tree)
-            chunks.append(Chunk(s.pages, kv_len, tree.tokens, parents=tree.parents,
-                                positions=tree.positions(kv_len)))
+            chunks.append(Chunk(s.pages, kv_len, tree.tokens, parents=tree.parents, positions=tree.positions(kv_len)))
         step = runner.pack(chunks, token_bucket=width * budget, min_seqs=width)
         sp = [seqs[i].params for i in active]
         _, num_accepted, tokens, logprobs, *_ = runner.speculate(
-            step, stack_trees(trees), SamplingBatch.of(sp, [len(seqs[i].out) for i in active]))
+            step, stack_trees(trees), SamplingBatch.of(sp, [len(seqs[i].out) for i in active])
+        )
         for row, i in enumerate(active):
             n, emitted = int(num_accepted[row]), 0
             for k in range(n + 1):
@@ -157,8 +167,10 @@ def check_can_speculate(runner, spec: Speculation, name: str = "the model") -> N
     """A one-line error when ``runner``'s model cannot verify token trees of ``spec``'s budget: its context
     must hold a prompt token, the smallest tree and a bonus token."""
     if runner.max_seq_len < TREE_BUDGETS[0] + 2:
-        raise SpecRagError(f"{name} cannot speculate: its context of {runner.max_seq_len} tokens cannot hold a "
-                           f"token tree of {TREE_BUDGETS[0]} (use at least {TREE_BUDGETS[0] + 2})")
+        raise SpecRagError(
+            f"{name} cannot speculate: its context of {runner.max_seq_len} tokens cannot hold a "
+            f"token tree of {TREE_BUDGETS[0]} (use at least {TREE_BUDGETS[0] + 2})"
+        )
 
 
 def merge_stats(stats: Sequence[SpeculationStats]) -> SpeculationStats:
@@ -179,10 +191,21 @@ def combine_stats(stats: Sequence[SpeculationStats]) -> dict:
     proposed tokens alone and the histogram of tokens per step."""
     total = merge_stats(stats)
     per = lambda x: round(x / total.steps, 4) if total.steps else 0.0  # noqa: E731
-    return {"steps": total.steps, "accepted_tokens_per_step": per(total.emitted),
-            "proposed_tokens_per_step": per(total.proposed), "draft_tokens_accepted_per_step": per(total.accepted),
-            "tokens_per_step_histogram": {str(k): v for k, v in sorted(total.histogram.items())}}
+    return {
+        "steps": total.steps,
+        "accepted_tokens_per_step": per(total.emitted),
+        "proposed_tokens_per_step": per(total.proposed),
+        "draft_tokens_accepted_per_step": per(total.accepted),
+        "tokens_per_step_histogram": {str(k): v for k, v in sorted(total.histogram.items())},
+    }
 
 
-__all__ = ["Speculation", "SpeculationStats", "check_can_speculate", "combine_stats", "merge_stats", "propose",
-           "speculative_decode"]
+__all__ = [
+    "Speculation",
+    "SpeculationStats",
+    "check_can_speculate",
+    "combine_stats",
+    "merge_stats",
+    "propose",
+    "speculative_decode",
+]

@@ -52,8 +52,10 @@ class DraftProposer:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_match <= self.max_match:
-            raise SpecRagError(f"draft match sizes need 1 <= min_match <= max_match "
-                               f"(got min_match={self.min_match}, max_match={self.max_match})")
+            raise SpecRagError(
+                f"draft match sizes need 1 <= min_match <= max_match "
+                f"(got min_match={self.min_match}, max_match={self.max_match})"
+            )
         if self.length < 1:
             raise SpecRagError(f"draft proposal length must be >= 1 (got {self.length})")
         if self.max_proposals < 1:
@@ -94,8 +96,12 @@ class DraftProposer:
             ends, left = ends[keep], left[keep]
             ends = ends[self._flat[left] == seq[total - k - 1]]
             k += 1
-        return [DraftMatch(d, int(best_len[d]), int(best_end[d] - self._offsets[d]))
-                if best_len[d] >= self.min_match else None for d in range(m)]
+        return [
+            DraftMatch(d, int(best_len[d]), int(best_end[d] - self._offsets[d]))
+            if best_len[d] >= self.min_match
+            else None
+            for d in range(m)
+        ]
 
     def __call__(self, context: Sequence[int]) -> list[list[int]]:
         proposals: list[list[int]] = []
@@ -103,7 +109,7 @@ class DraftProposer:
         for match in self.align(context):
             if match is None:
                 continue
-            prop = self.drafts[match.draft][match.end: match.end + self.length]
+            prop = self.drafts[match.draft][match.end : match.end + self.length]
             if not prop or prop in seen:
                 continue
             seen.add(prop)

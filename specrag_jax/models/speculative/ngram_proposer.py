@@ -29,8 +29,10 @@ class NgramProposer:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram:
-            raise SpecRagError(f"n-gram sizes need 1 <= min_ngram <= max_ngram "
-                               f"(got min_ngram={self.min_ngram}, max_ngram={self.max_ngram})")
+            raise SpecRagError(
+                f"n-gram sizes need 1 <= min_ngram <= max_ngram "
+                f"(got min_ngram={self.min_ngram}, max_ngram={self.max_ngram})"
+            )
         if self.length < 1:
             raise SpecRagError(f"n-gram proposal length must be >= 1 (got {self.length})")
         if self.max_proposals < 1:
@@ -45,13 +47,13 @@ class NgramProposer:
             # Candidate match starts i = 0 .. total - n - 1 (the suffix itself, at total - n, excluded).
             hits = np.ones(total - n, dtype=bool)
             for j in range(n):
-                hits &= seq[j: total - n + j] == seq[total - n + j]
+                hits &= seq[j : total - n + j] == seq[total - n + j]
             for i in np.flatnonzero(hits)[::-1]:  # most recent first
                 start = int(i) + n
                 if start in starts:
                     continue
                 starts.add(start)
-                proposals.append(seq[start: start + self.length].tolist())
+                proposals.append(seq[start : start + self.length].tolist())
                 if len(proposals) == self.max_proposals:
                     return proposals
         return proposals

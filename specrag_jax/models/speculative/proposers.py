@@ -54,8 +54,13 @@ class CombinedProposer:
         return proposals
 
 
-def make_proposer(name: str, drafts: Sequence[Sequence[int]] = (), *,
-                  draft_options: Mapping[str, Any] | None = None, **ngram_kwargs: Any) -> Proposer:
+def make_proposer(
+    name: str,
+    drafts: Sequence[Sequence[int]] = (),
+    *,
+    draft_options: Mapping[str, Any] | None = None,
+    **ngram_kwargs: Any,
+) -> Proposer:
     """The proposer called ``name`` (one of ``PROPOSERS``).
 
     ``drafts`` (verifier token ids; may be empty: that part then proposes nothing) and ``draft_options``
@@ -76,6 +81,5 @@ def _options(cls: type, options: dict[str, Any], what: str) -> dict[str, Any]:
     allowed = [f.name for f in dataclasses.fields(cls) if f.init and f.name != "drafts"]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise SpecRagError(f"unknown {what} proposer option(s) {', '.join(unknown)} "
-                           f"(allowed: {', '.join(allowed)})")
+        raise SpecRagError(f"unknown {what} proposer option(s) {', '.join(unknown)} (allowed: {', '.join(allowed)})")
     return options

@@ -75,8 +75,9 @@ def count_trie_nodes(proposals: Sequence[Sequence[int]]) -> int:
     return len({tuple(int(t) for t in p[: i + 1]) for p in proposals for i in range(len(p))})
 
 
-def build_tree(proposals: Sequence[Sequence[int]], root_token: int, budget: int,
-               *, vocab_size: int | None = None) -> TokenTree:
+def build_tree(
+    proposals: Sequence[Sequence[int]], root_token: int, budget: int, *, vocab_size: int | None = None
+) -> TokenTree:
     """Merge ``proposals`` (continuations after ``root_token``) into a ``TokenTree`` of ``budget`` tokens."""
     check_budget(budget)
     _check_token(root_token, vocab_size, "root token")
@@ -122,8 +123,7 @@ def stack_trees(trees: Sequence[TokenTree]) -> TokenTree:
         raise SpecRagError("stack_trees needs at least one tree")
     if len({t.budget for t in trees}) != 1:
         raise SpecRagError(f"trees of one batch need one budget (got {sorted({t.budget for t in trees})})")
-    return TokenTree(**{f.name: np.stack([getattr(t, f.name) for t in trees])
-                        for f in dataclasses.fields(TokenTree)})
+    return TokenTree(**{f.name: np.stack([getattr(t, f.name) for t in trees]) for f in dataclasses.fields(TokenTree)})
 
 
 # The value of every TokenTree field at a padding chunk index (and in an empty padded sequence).
@@ -145,8 +145,14 @@ def pad_tree(tree: TokenTree, budget: int) -> TokenTree:
 
 def _empty(budget: int) -> TokenTree:
     neg = lambda: np.full(budget, -1, np.int32)  # noqa: E731
-    return TokenTree(tokens=np.zeros(budget, np.int32), parents=neg(), depth=np.zeros(budget, np.int32),
-                     valid=np.zeros(budget, bool), first_child=neg(), next_sibling=neg())
+    return TokenTree(
+        tokens=np.zeros(budget, np.int32),
+        parents=neg(),
+        depth=np.zeros(budget, np.int32),
+        valid=np.zeros(budget, bool),
+        first_child=neg(),
+        next_sibling=neg(),
+    )
 
 
 def _check_token(t: object, vocab_size: int | None, what: str) -> int:

@@ -50,14 +50,30 @@ def compact_accepted(pool: KVPool, slots: jax.Array, path: jax.Array) -> KVPool:
     return KVPool(k=tuple(moved(x) for x in pool.k), v=tuple(moved(x) for x in pool.v))
 
 
-def speculate_body(params, pool, tokens, meta, trees: TokenTree, batch: SamplingBatch, penalties: PenaltyState, *,
-                   cfg, impl, tree, decode, greedy_only, dtype, attention_mesh=None):
+def speculate_body(
+    params,
+    pool,
+    tokens,
+    meta,
+    trees: TokenTree,
+    batch: SamplingBatch,
+    penalties: PenaltyState,
+    *,
+    cfg,
+    impl,
+    tree,
+    decode,
+    greedy_only,
+    dtype,
+    attention_mesh=None,
+):
     """Forward the packed trees, accept per sequence, compact the K/V:
     ``(path, n, tokens, logprobs, top_ids, top_logprobs, pool)``; ``top_*[s, k]``: the most likely tokens at the
     row that emitted ``tokens[s, k]`` (the verifier's own distribution, as plain decoding reports it)."""
     extra = {} if attention_mesh is None else {"attention_mesh": attention_mesh}
-    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode, **extra).apply({"params": params}, tokens,
-                                                                                    meta, pool)
+    hidden, pool = Decoder(cfg, jnp.dtype(dtype), impl, tree, decode, **extra).apply(
+        {"params": params}, tokens, meta, pool
+    )
     s, b = trees.tokens.shape
     logits = logits_at(params, cfg, hidden[: s * b]).reshape(s, b, -1).astype(jnp.float32)
     logits = penalized_tree_logits(logits, trees.tokens, trees.parents, batch, penalties)  # each node as plain
@@ -65,8 +81,9 @@ def speculate_body(params, pool, tokens, meta, trees: TokenTree, batch: Sampling
     result = accept_trees(logits, trees, batch.temperature, batch.top_k, batch.top_p, keys, greedy_only=greedy_only)
     pool = compact_accepted(pool, meta.write_slots[: s * b].reshape(s, b), result.path)
     rows = jnp.maximum(result.path, 0)[:, :, None]  # the row that emitted tokens[k]
-    top_ids, top_lps = top_logprobs(logits, batch.top_n, lambda x: jax.nn.log_softmax(
-        jnp.take_along_axis(x, rows, axis=1), axis=-1))
+    top_ids, top_lps = top_logprobs(
+        logits, batch.top_n, lambda x: jax.nn.log_softmax(jnp.take_along_axis(x, rows, axis=1), axis=-1)
+    )
     return result.path, result.num_accepted, result.tokens, result.logprobs, top_ids, top_lps, pool
 
 

@@ -179,8 +179,11 @@ class Tokenizer(abc.ABC):
         eos = self.id_to_token(self.eos_ids[0]) if self.eos_ids else ""
         try:
             return _compile_template(self.chat_template).render(
-                messages=messages, add_generation_prompt=add_generation_prompt,
-                bos_token=bos, eos_token=eos, **kwargs,
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=bos,
+                eos_token=eos,
+                **kwargs,
             )
         except TemplateError as exc:
             raise SpecRagError(f"chat template failed: {exc}") from exc

@@ -39,10 +39,12 @@ def _byte_level() -> pre_tokenizers.PreTokenizer:
 
 def _split_then_bytes(pattern: str) -> pre_tokenizers.PreTokenizer:
     """A regex split (matches kept as pieces), then byte-level spelling without GPT-2's own regex."""
-    return pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
 
 
 # tokenizer.ggml.pre -> the pre-tokenizer of the HF tokenizer.json that llama.cpp fingerprinted as it
@@ -61,9 +63,18 @@ NFC_PRE_TYPES = frozenset({"qwen2"})
 class HFTokenizersTokenizer(Tokenizer):
     """A `tokenizers.Tokenizer`, with control tokens split out of the text before it sees it."""
 
-    def __init__(self, backend: HFTokenizer, *, bos_id: int | None, eos_ids: tuple[int, ...], pad_id: int | None,
-                 add_bos_default: bool, chat_template: str | None, special_tokens: dict[str, int],
-                 backend_splits: bool = False) -> None:
+    def __init__(
+        self,
+        backend: HFTokenizer,
+        *,
+        bos_id: int | None,
+        eos_ids: tuple[int, ...],
+        pad_id: int | None,
+        add_bos_default: bool,
+        chat_template: str | None,
+        special_tokens: dict[str, int],
+        backend_splits: bool = False,
+    ) -> None:
         """``backend_splits``: the backend knows every control token as an added token and splits the text
         itself (HF folders: then a Metaspace "first" prefix applies once per text, as in transformers)."""
         self.backend = backend
@@ -122,7 +133,9 @@ def bpe_from_gguf(meta: dict[str, Any]) -> HFTokenizersTokenizer:
     bos, eos = meta.get("tokenizer.ggml.bos_token_id"), meta.get("tokenizer.ggml.eos_token_id")
     arch = meta.get("general.architecture", "")
     tok = HFTokenizersTokenizer(
-        backend, bos_id=bos, pad_id=meta.get("tokenizer.ggml.padding_token_id"),
+        backend,
+        bos_id=bos,
+        pad_id=meta.get("tokenizer.ggml.padding_token_id"),
         eos_ids=end_of_turn_ids([eos, meta.get("tokenizer.ggml.eot_token_id")], special.get),
         add_bos_default=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
         chat_template=meta.get("tokenizer.chat_template") or FALLBACK_CHAT_TEMPLATES.get(arch),

@@ -70,8 +70,11 @@ def _named_special(config: dict[str, Any]) -> list[str]:
     for key in ("additional_special_tokens", "extra_special_tokens"):
         extra = config.get(key) or []
         names += [special_token_text(v) for v in (extra.values() if isinstance(extra, dict) else extra)]
-    names += [special_token_text(e) for e in (config.get("added_tokens_decoder") or {}).values()
-              if isinstance(e, dict) and e.get("special")]
+    names += [
+        special_token_text(e)
+        for e in (config.get("added_tokens_decoder") or {}).values()
+        if isinstance(e, dict) and e.get("special")
+    ]
     return [n for n in names if n]
 
 
@@ -98,9 +101,13 @@ def hf_json_tokenizer(path: Path, config: dict[str, Any]) -> HFTokenizersTokeniz
     if bos is None and len(prefix) == 1:
         bos = prefix[0]
     tok = HFTokenizersTokenizer(
-        backend, bos_id=bos, pad_id=lookup("pad_token"),
+        backend,
+        bos_id=bos,
+        pad_id=lookup("pad_token"),
         eos_ids=end_of_turn_ids([lookup("eos_token")], special.get),
-        add_bos_default=False, chat_template=chat_template_from_config(config), special_tokens=special,
+        add_bos_default=False,
+        chat_template=chat_template_from_config(config),
+        special_tokens=special,
         backend_splits=True,
     )
     tok.set_special_template(prefix, suffix)
@@ -158,8 +165,13 @@ def spm_from_model_file(path: Path, config: dict[str, Any]) -> SentencePieceToke
         if text in pieces:
             special[text] = pieces[text]
     tok = FolderSentencePieceTokenizer(
-        proto, bos_id=bos, eos_ids=end_of_turn_ids([eos], special.get), pad_id=lookup("pad_token"),
-        add_bos_default=False, chat_template=chat_template_from_config(config), special_tokens=special,
+        proto,
+        bos_id=bos,
+        eos_ids=end_of_turn_ids([eos], special.get),
+        pad_id=lookup("pad_token"),
+        add_bos_default=False,
+        chat_template=chat_template_from_config(config),
+        special_tokens=special,
     )
     prefix = [bos] if config.get("add_bos_token", False) and bos is not None else []
     suffix = [eos] if config.get("add_eos_token", False) and eos is not None else []

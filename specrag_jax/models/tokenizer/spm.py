@@ -30,8 +30,17 @@ _SPACE = "\u2581"
 class SentencePieceTokenizer(Tokenizer):
     """A SentencePieceProcessor, with control tokens split out of the text before it sees it."""
 
-    def __init__(self, proto: pb.ModelProto, *, bos_id: int | None, eos_ids: tuple[int, ...], pad_id: int | None,
-                 add_bos_default: bool, chat_template: str | None, special_tokens: dict[str, int]) -> None:
+    def __init__(
+        self,
+        proto: pb.ModelProto,
+        *,
+        bos_id: int | None,
+        eos_ids: tuple[int, ...],
+        pad_id: int | None,
+        add_bos_default: bool,
+        chat_template: str | None,
+        special_tokens: dict[str, int],
+    ) -> None:
         self.processor = spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
         self.vocab_size = self.processor.get_piece_size()
         self.bos_id, self.eos_ids, self.pad_id = bos_id, eos_ids, pad_id
@@ -57,9 +66,17 @@ class SentencePieceTokenizer(Tokenizer):
         return self.processor.id_to_piece(int(token_id))
 
 
-def build_spm_proto(tokens: Sequence[str], scores: Sequence[float], types: Sequence[int], *,
-                    unk_id: int, bos_id: int | None, eos_id: int | None, pad_id: int | None,
-                    add_space_prefix: bool) -> pb.ModelProto:
+def build_spm_proto(
+    tokens: Sequence[str],
+    scores: Sequence[float],
+    types: Sequence[int],
+    *,
+    unk_id: int,
+    bos_id: int | None,
+    eos_id: int | None,
+    pad_id: int | None,
+    add_space_prefix: bool,
+) -> pb.ModelProto:
     """A BPE SentencePiece model proto with Gemma's settings over a GGUF vocabulary."""
     proto = pb.ModelProto()
     trainer = proto.trainer_spec
@@ -109,18 +126,30 @@ def spm_from_gguf(meta: dict[str, Any]) -> SentencePieceTokenizer:
         unk = next((i for i, t in enumerate(types) if t == UNKNOWN), None)
     if unk is None:
         raise SpecRagError("GGUF SentencePiece vocabulary has no unknown token")
-    proto = build_spm_proto(tokens, scores, types, unk_id=unk, bos_id=bos, eos_id=eos, pad_id=pad,
-                            add_space_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", False)))
+    proto = build_spm_proto(
+        tokens,
+        scores,
+        types,
+        unk_id=unk,
+        bos_id=bos,
+        eos_id=eos,
+        pad_id=pad,
+        add_space_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", False)),
+    )
     special = {token: i for i, (token, kind) in enumerate(zip(tokens, types)) if kind == CONTROL}
     arch = meta.get("general.architecture", "")
     template = meta.get("tokenizer.chat_template") or FALLBACK_CHAT_TEMPLATES.get(arch)
     lookup = special.get
     eos_ids = end_of_turn_ids([eos, meta.get("tokenizer.ggml.eot_token_id")], lookup)
     tok = SentencePieceTokenizer(
-        proto, bos_id=bos, eos_ids=eos_ids, pad_id=pad,
+        proto,
+        bos_id=bos,
+        eos_ids=eos_ids,
+        pad_id=pad,
         # llama.cpp adds BOS to a SentencePiece vocabulary unless the file says otherwise
         add_bos_default=bool(meta.get("tokenizer.ggml.add_bos_token", True)),
-        chat_template=template, special_tokens=special,
+        chat_template=template,
+        special_tokens=special,
     )
     tok.set_special_template(*gguf_template(meta, tok.add_bos_default))
     return tok

@@ -19,8 +19,11 @@ from specrag_jax.pipeline.datasets.records import iter_records
 from specrag_jax.pipeline.datasets.tasks import get_task
 
 Reader = Callable[[dict, str, str | None], dict]
-READERS: dict[str, Reader] = {"selfrag": selfrag.read_selfrag, "musique": musique.read_musique,
-                              "retrievalqa": rqa_reader.read_retrievalqa}
+READERS: dict[str, Reader] = {
+    "selfrag": selfrag.read_selfrag,
+    "musique": musique.read_musique,
+    "retrievalqa": rqa_reader.read_retrievalqa,
+}
 FORMATS = tuple(READERS)
 
 
@@ -51,16 +54,18 @@ def _default_task(fmt: str, obj: dict) -> str | None:
 def check_task(row: dict, task: str, where: str) -> None:
     """A closed-set task needs rows it can score: arc_c its choices, pubhealth a true/false label."""
     if task == "arc_c" and not row.get("choices"):
-        raise SpecRagError(f"{where}: 'choices' is missing: --task arc_c needs multiple-choice rows "
-                           "(Self-RAG 'choices' and 'answerKey')")
+        raise SpecRagError(
+            f"{where}: 'choices' is missing: --task arc_c needs multiple-choice rows "
+            "(Self-RAG 'choices' and 'answerKey')"
+        )
     closed_set(task, row.get("choices"), where)  # every choice has a label and a text (the prompts show them)
     if task == "pubhealth" and not all(str(g).strip().lower() in ("true", "false") for g in row["ground_truth"]):
-        raise SpecRagError(f"{where}: 'ground_truth' must be true or false for --task pubhealth "
-                           f"(got {row['ground_truth'][:3]!r})")
+        raise SpecRagError(
+            f"{where}: 'ground_truth' must be true or false for --task pubhealth (got {row['ground_truth'][:3]!r})"
+        )
 
 
-def load_rows(path: str | Path, fmt: str | None = None, task: str | None = None,
-              limit: int | None = None) -> Dataset:
+def load_rows(path: str | Path, fmt: str | None = None, task: str | None = None, limit: int | None = None) -> Dataset:
     """At most ``limit`` rows of ``path`` (JSON lines or one JSON array) in the internal shape.
 
     ``fmt``: selfrag, musique, retrievalqa, or None / "auto" (from the first row's fields); ``task``: one of
@@ -81,8 +86,10 @@ def load_rows(path: str | Path, fmt: str | None = None, task: str | None = None,
         if not rows:
             fmt = fmt or detect_format(obj)
             if fmt is None:
-                raise SpecRagError(f"{where}: cannot tell the format from the first row's fields "
-                                   f"({', '.join(sorted(obj)[:8])}); pass --format {'|'.join(FORMATS)}")
+                raise SpecRagError(
+                    f"{where}: cannot tell the format from the first row's fields "
+                    f"({', '.join(sorted(obj)[:8])}); pass --format {'|'.join(FORMATS)}"
+                )
             task = task or _default_task(fmt, obj)
         row = READERS[fmt](obj, where, task)
         if task is not None:
@@ -93,4 +100,3 @@ def load_rows(path: str | Path, fmt: str | None = None, task: str | None = None,
     if not rows:
         raise SpecRagError(f"evaluation data file has no questions: {path}")
     return Dataset(rows, fmt, task)
-

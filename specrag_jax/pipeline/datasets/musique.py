@@ -20,5 +20,11 @@ def read_musique(obj: dict, where: str, task: str) -> dict:
         raise row_error(where, "paragraphs", "is missing")
     context = passages(obj["paragraphs"], "paragraphs", where, text_key="paragraph_text")
     source = str(obj.get("data_source") or "musique")
-    return {"question": question, "ground_truth": gold, "context": context, "data_source": source,
-            "question_id": question_id(obj, source, question), "task": task}
+    return {
+        "question": question,
+        "ground_truth": gold,
+        "context": context,
+        "data_source": source,
+        "question_id": question_id(obj, source, question),
+        "task": task,
+    }

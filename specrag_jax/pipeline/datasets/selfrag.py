@@ -12,8 +12,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specrag_jax.pipeline.datasets.fields import (answer_list, answer_text, first_text, passages, question_id,
-                                                  row_error, short)
+from specrag_jax.pipeline.datasets.fields import (
+    answer_list,
+    answer_text,
+    first_text,
+    passages,
+    question_id,
+    row_error,
+    short,
+)
 from specrag_jax.pipeline.datasets.metrics import normalize
 
 QUESTION_FIELDS = ("question", "instruction", "claim")
@@ -30,8 +37,11 @@ def _open_gold(obj: dict, where: str) -> list[str]:
         except json.JSONDecodeError:
             value = None
         if not isinstance(value, list):
-            raise row_error(where, "possible_answers", "must be a JSON-encoded list string such as "
-                                                       f"'[\"a\", \"b\"]' (got {short(raw)})")
+            raise row_error(
+                where,
+                "possible_answers",
+                f'must be a JSON-encoded list string such as \'["a", "b"]\' (got {short(raw)})',
+            )
         return answer_list(value, "possible_answers", where)
     if "answers" in obj:
         return answer_list(obj["answers"], "answers", where)
@@ -68,14 +78,22 @@ def _arc(obj: dict, where: str) -> tuple[list[dict], list[str]]:
     labels = choices.get("label") if isinstance(choices, dict) else None
     texts = choices.get("text") if isinstance(choices, dict) else None
     if not isinstance(labels, list) or not isinstance(texts, list) or not labels or len(labels) != len(texts):
-        raise row_error(where, "choices", 'must be {"label": [...], "text": [...]} with lists of the same '
-                                          f"length (got {short(choices)})")
-    out = [{"label": answer_text(lab, f"choices.label[{i}]", where), "text": answer_text(t, f"choices.text[{i}]", where)}
-           for i, (lab, t) in enumerate(zip(labels, texts))]
+        raise row_error(
+            where,
+            "choices",
+            f'must be {{"label": [...], "text": [...]}} with lists of the same length (got {short(choices)})',
+        )
+    out = [
+        {"label": answer_text(lab, f"choices.label[{i}]", where), "text": answer_text(t, f"choices.text[{i}]", where)}
+        for i, (lab, t) in enumerate(zip(labels, texts))
+    ]
     key = obj.get("answerKey")
     if not isinstance(key, (str, int)) or str(key) not in [c["label"] for c in out]:
-        raise row_error(where, "answerKey", "must be one of the choices' labels "
-                                            f"({', '.join(c['label'] for c in out)}), got {short(key)}")
+        raise row_error(
+            where,
+            "answerKey",
+            f"must be one of the choices' labels ({', '.join(c['label'] for c in out)}), got {short(key)}",
+        )
     return out, [str(key)]
 
 
@@ -110,8 +128,14 @@ def read_selfrag(obj: dict, where: str, task: str) -> dict:
     field = next((f for f in CONTEXT_FIELDS if f in obj), None)
     context = passages(obj[field], field, where) if field else []
     source = str(obj.get("data_source") or task)
-    row = {"question": question, "ground_truth": gold, "context": context, "data_source": source,
-           "question_id": question_id(obj, source, question), "task": task}
+    row = {
+        "question": question,
+        "ground_truth": gold,
+        "context": context,
+        "data_source": source,
+        "question_id": question_id(obj, source, question),
+        "task": task,
+    }
     if choices is not None:
         row["choices"] = choices
     return row

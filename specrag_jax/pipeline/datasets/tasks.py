@@ -29,13 +29,16 @@ class Task:
     k: int = 2
 
 
-TASKS: dict[str, Task] = {t.name: t for t in (
-    Task("popqa", closed=False),
-    Task("triviaqa", closed=False),
-    Task("musique", closed=False, n_docs=15, m=10, k=6),
-    Task("pubhealth", closed=True),
-    Task("arc_c", closed=True),
-)}
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        Task("popqa", closed=False),
+        Task("triviaqa", closed=False),
+        Task("musique", closed=False, n_docs=15, m=10, k=6),
+        Task("pubhealth", closed=True),
+        Task("arc_c", closed=True),
+    )
+}
 GENERIC = Task("generic", closed=False)  # RetrievalQA and rows without a task
 
 

@@ -21,8 +21,18 @@ from specrag_jax.models.loading.params import flatten_tree
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-BASE = dict(vocab_size=128, hidden_size=64, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256, rope_theta=1e6, rms_norm_eps=1e-5, sliding_window=8)
+BASE = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=48,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    rope_theta=1e6,
+    rms_norm_eps=1e-5,
+    sliding_window=8,
+)
 PROMPT_LEN = 40
 
 
@@ -44,8 +54,10 @@ def build(directory, experts: int = 8, tie: bool = False):
 def hf_routes(model, ids: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
     """transformers' logits and, per layer, the router's chosen experts [T, k] (forward hooks on the routers)."""
     routes: list[np.ndarray] = []
-    hooks = [layer.mlp.gate.register_forward_hook(lambda _m, _i, out: routes.append(out[2].numpy()))
-             for layer in model.model.layers]
+    hooks = [
+        layer.mlp.gate.register_forward_hook(lambda _m, _i, out: routes.append(out[2].numpy()))
+        for layer in model.model.layers
+    ]
     try:
         with torch.no_grad():
             logits = model(torch.tensor([ids])).logits[0].float().numpy()
@@ -59,8 +71,9 @@ def our_routes(runner: ModelRunner, ids: list[int]) -> list[np.ndarray]:
     """Our chosen experts per layer (the SparseMoE blocks' sown intermediates) for one prefill chunk."""
     step = runner.pack([Chunk(runner.allocator.allocate(10), 0, ids, rows=[0])])
     decoder = Decoder(runner.cfg, jnp.dtype(runner.dtype))
-    _, state = decoder.apply({"params": runner.params}, jnp.asarray(step.tokens), step.meta, runner.pool,
-                             mutable=["intermediates"])
+    _, state = decoder.apply(
+        {"params": runner.params}, jnp.asarray(step.tokens), step.meta, runner.pool, mutable=["intermediates"]
+    )
     inter = state["intermediates"]
     return [np.asarray(inter[f"layers_{i}"]["mlp"]["experts"][0])[: len(ids)] for i in range(runner.cfg.num_layers)]
 
@@ -78,8 +91,9 @@ def test_logits_routing_and_greedy_match_transformers(tmp_path, experts, tie):
     assert np.abs(mine - ref).max() <= 1e-4, np.abs(mine - ref).max()
     for layer, (ours, hf) in enumerate(zip(our_routes(runner, ids), hf_experts)):  # same experts, same order
         np.testing.assert_array_equal(ours, hf, err_msg=f"layer {layer}")
-    unwindowed = ModelRunner(cfg.replace(sliding_window=None, layer_types=()), params, num_pages=40, page_size=4,
-                             max_seq_len=64)
+    unwindowed = ModelRunner(
+        cfg.replace(sliding_window=None, layer_types=()), params, num_pages=40, page_size=4, max_seq_len=64
+    )
     step = unwindowed.pack([Chunk(unwindowed.allocator.allocate(10), 0, ids, rows=list(range(PROMPT_LEN)))])
     assert np.abs(unwindowed.logits(step) - ref).max() > 0.1  # the window (8 < 40 tokens) matters
 
@@ -90,9 +104,10 @@ def test_logits_routing_and_greedy_match_transformers(tmp_path, experts, tie):
     ours = greedy_generate(runner, prompts, 16)
     for prompt, got in zip(prompts, ours):
         with torch.no_grad():
-            out = theirs.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None,
-                                  pad_token_id=0)
-        assert got == out[0, len(prompt):].tolist()
+            out = theirs.generate(
+                torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None, pad_token_id=0
+            )
+        assert got == out[0, len(prompt) :].tolist()
 
 
 def test_bfloat16_tracks_float32(tmp_path):
@@ -121,9 +136,18 @@ def write_mixtral_gguf(path, state: dict, experts: int, stacked: bool, num_layer
         return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
     writer = GGUFWriter(str(path), "llama")
-    for key, value in dict(block_count=num_layers, context_length=256, embedding_length=64, feed_forward_length=48,
-                           head_count=4, head_count_kv=2, layer_norm_rms_eps=1e-5, rope_freq_base=1e6,
-                           expert_count=experts, expert_used_count=2).items():
+    for key, value in dict(
+        block_count=num_layers,
+        context_length=256,
+        embedding_length=64,
+        feed_forward_length=48,
+        head_count=4,
+        head_count_kv=2,
+        layer_norm_rms_eps=1e-5,
+        rope_freq_base=1e6,
+        expert_count=experts,
+        expert_used_count=2,
+    ).items():
         getattr(writer, f"add_{key}")(value)
     get = lambda name: state[name].float().numpy()  # noqa: E731
     dense = {k: v for k, v in HF_NAMES["mixtral"].items() if "/mlp/" not in k}
@@ -136,8 +160,10 @@ def write_mixtral_gguf(path, state: dict, experts: int, stacked: bool, num_layer
             writer.add_tensor(GGUF_NAMES[leaf] if i is None else GGUF_NAMES[leaf].format(i=i), w)
     hf_exp = {"gate": "w1", "up": "w3", "down": "w2"}
     for i in range(num_layers):
-        writer.add_tensor(GGUF_MOE_NAMES["layers/mlp/router/kernel"].format(i=i),
-                          get(f"model.layers.{i}.block_sparse_moe.gate.weight"))
+        writer.add_tensor(
+            GGUF_MOE_NAMES["layers/mlp/router/kernel"].format(i=i),
+            get(f"model.layers.{i}.block_sparse_moe.gate.weight"),
+        )
         for ours, theirs in hf_exp.items():
             per_expert = [get(f"model.layers.{i}.block_sparse_moe.experts.{j}.{theirs}.weight") for j in range(experts)]
             leaf = f"layers/mlp/{ours}/kernel"
@@ -161,8 +187,15 @@ def test_gguf_equals_the_hf_checkpoint(tmp_path, stacked):
     write_mixtral_gguf(tmp_path / "m.gguf", state, 4, stacked)
     hf_cfg, hf_params = load_hf(tmp_path / "hf")
     gg_cfg, gg_params = load_gguf(tmp_path / "m.gguf")
-    same = dict(name="", bos_token_id=None, eos_token_ids=(), rms_norm_eps=1e-5, max_position_embeddings=256,
-                sliding_window=None, layer_types=())  # llama.cpp writes no window for Mistral-family files
+    same = dict(
+        name="",
+        bos_token_id=None,
+        eos_token_ids=(),
+        rms_norm_eps=1e-5,
+        max_position_embeddings=256,
+        sliding_window=None,
+        layer_types=(),
+    )  # llama.cpp writes no window for Mistral-family files
     assert gg_cfg.replace(**same) == hf_cfg.replace(**same)
     assert (gg_cfg.arch, gg_cfg.num_experts, gg_cfg.experts_per_token) == ("mixtral", 4, 2)
     ours, theirs = flatten_tree(gg_params), flatten_tree(hf_params)
@@ -188,13 +221,17 @@ def test_fused_in_memory_names_load_too(tmp_path):
 MIXTRAL = dict(BASE, num_local_experts=4, num_experts_per_tok=2, model_type="mixtral")
 
 
-@pytest.mark.parametrize("raw, words", [
-    ({**MIXTRAL, "shared_expert_intermediate_size": 32}, ["mixtral", "shared experts"]),
-    ({**MIXTRAL, "norm_topk_prob": False}, ["mixtral", "norm_topk_prob=false"]),
-    ({**MIXTRAL, "num_experts_per_tok": 5}, ["experts_per_token=5", "num_experts=4"]),
-    ({**MIXTRAL, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ["RoPE scaling type 'yarn'"]),
-    ({**MIXTRAL, "router_jitter_noise": 0.1, "output_router_logits": True, "router_aux_loss_coef": 0.02}, None),
-], ids=["shared", "unnormalised", "top-k", "yarn", "training-only-fields-ignored"])
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        ({**MIXTRAL, "shared_expert_intermediate_size": 32}, ["mixtral", "shared experts"]),
+        ({**MIXTRAL, "norm_topk_prob": False}, ["mixtral", "norm_topk_prob=false"]),
+        ({**MIXTRAL, "num_experts_per_tok": 5}, ["experts_per_token=5", "num_experts=4"]),
+        ({**MIXTRAL, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ["RoPE scaling type 'yarn'"]),
+        ({**MIXTRAL, "router_jitter_noise": 0.1, "output_router_logits": True, "router_aux_loss_coef": 0.02}, None),
+    ],
+    ids=["shared", "unnormalised", "top-k", "yarn", "training-only-fields-ignored"],
+)
 def test_config_errors_are_one_line(tmp_path, raw, words):
     from specrag_jax.models.loading.hf_config import hf_config_to_model_config
 

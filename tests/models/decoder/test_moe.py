@@ -13,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specrag_jax.models.decoder.moe import (
-    SparseMoE, dense_moe_reference, experts_gather, experts_ragged, moe_block, route, sort_by_expert,
+    SparseMoE,
+    dense_moe_reference,
+    experts_gather,
+    experts_ragged,
+    moe_block,
+    route,
+    sort_by_expert,
 )
 
 ATOL = RTOL = 1e-5
@@ -52,8 +58,13 @@ def _run_all(x: jax.Array, params: dict, k: int) -> tuple:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    tokens=st.integers(1, 24), experts=st.integers(1, 8), k_two=st.booleans(), hidden=st.sampled_from([4, 8, 16]),
-    inter=st.sampled_from([4, 8, 12]), seed=st.integers(0, 2**16), mode=st.sampled_from(["random", "subset", "one"]),
+    tokens=st.integers(1, 24),
+    experts=st.integers(1, 8),
+    k_two=st.booleans(),
+    hidden=st.sampled_from([4, 8, 16]),
+    inter=st.sampled_from([4, 8, 12]),
+    seed=st.integers(0, 2**16),
+    mode=st.sampled_from(["random", "subset", "one"]),
     data=st.data(),
 )
 def test_grouped_matches_dense_reference(tokens, experts, k_two, hidden, inter, seed, mode, data):
@@ -137,8 +148,12 @@ def test_linen_module_names_and_impls():
     module = SparseMoE(num_experts=4, top_k=2, intermediate_size=24)
     variables = module.init(jax.random.key(7), x)
     shapes = jax.tree.map(lambda a: a.shape, variables["params"])
-    assert shapes == {"router": {"kernel": (16, 4)}, "gate": {"kernel": (4, 16, 24)},
-                      "up": {"kernel": (4, 16, 24)}, "down": {"kernel": (4, 24, 16)}}
+    assert shapes == {
+        "router": {"kernel": (16, 4)},
+        "gate": {"kernel": (4, 16, 24)},
+        "up": {"kernel": (4, 16, 24)},
+        "down": {"kernel": (4, 24, 16)},
+    }
     out = module.apply(variables, x)
     assert out.shape == x.shape
     gathered = SparseMoE(num_experts=4, top_k=2, intermediate_size=24, impl="gather").apply(variables, x)
@@ -153,9 +168,16 @@ def hf_block(experts_impl: str, dtype_name: str, hidden: int = 32, inter: int = 
     transformers = pytest.importorskip("transformers")
     from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 
-    cfg = transformers.MixtralConfig(hidden_size=hidden, intermediate_size=inter, num_local_experts=experts,
-                                     num_experts_per_tok=k, num_hidden_layers=1, num_attention_heads=4,
-                                     num_key_value_heads=2, vocab_size=64)
+    cfg = transformers.MixtralConfig(
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_local_experts=experts,
+        num_experts_per_tok=k,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+    )
     cfg._experts_implementation = experts_impl
     torch.manual_seed(0)
     block = MixtralSparseMoeBlock(cfg).eval()
@@ -188,7 +210,8 @@ def test_parity_with_transformers_mixtral_block(experts_impl, dtype):
     # bfloat16: within 2 bf16 ulps of outputs up to ~3.5 (intermediate roundings differ from torch's)
     tol = {"atol": ATOL, "rtol": RTOL} if dtype == "float32" else {"atol": 4e-2, "rtol": 1e-2}
     for impl in ("ragged", "gather"):
-        out = jax.jit(moe_block, static_argnums=(2, 3), static_argnames=("impl",))(x, params, 2, jnp.dtype(dtype),
-                                                                                  impl=impl)
+        out = jax.jit(moe_block, static_argnums=(2, 3), static_argnames=("impl",))(
+            x, params, 2, jnp.dtype(dtype), impl=impl
+        )
         assert out.dtype == jnp.dtype(dtype)
         np.testing.assert_allclose(np.asarray(out, np.float32), out_t, **tol)

@@ -39,9 +39,10 @@ def qwen():
     theirs = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
     with torch.no_grad():
         ref_logits = theirs(torch.tensor([ids])).logits[0, rows].float().numpy()
-        out = theirs.generate(torch.tensor([greedy_ids]), max_new_tokens=32, do_sample=False, eos_token_id=None,
-                              pad_token_id=0)
-    ref_greedy = out[0, len(greedy_ids):].tolist()
+        out = theirs.generate(
+            torch.tensor([greedy_ids]), max_new_tokens=32, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
+    ref_greedy = out[0, len(greedy_ids) :].tolist()
     del theirs, out
     gc.collect()
     ours = TextModel.load(QWEN, max_seq_len=1024, max_batch=1)
@@ -53,7 +54,13 @@ def qwen():
 def test_config_from_gguf(qwen):
     cfg = qwen[0].runner.cfg
     assert (cfg.arch, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (
-        "qwen2", 1536, 28, 12, 2, 128)
+        "qwen2",
+        1536,
+        28,
+        12,
+        2,
+        128,
+    )
     assert cfg.attention_bias and not cfg.tie_embeddings and cfg.rope_theta == 1e6  # output.weight is in the file
     assert qwen[0].instruct and qwen[0].tokenizer.chat_template
 

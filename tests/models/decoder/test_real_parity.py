@@ -63,8 +63,9 @@ def test_greedy_continuation_matches(pair):
     ids = ours.tokenizer.encode(prompt, add_bos=ours.tokenizer.add_bos_default)
     mine = greedy_generate(ours.runner, [ids], 32)[0]
     with torch.no_grad():
-        out = theirs.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False, eos_token_id=None,
-                              pad_token_id=0)
-    ref = out[0, len(ids):].tolist()
+        out = theirs.generate(
+            torch.tensor([ids]), max_new_tokens=32, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
+    ref = out[0, len(ids) :].tolist()
     assert len(ref) == 32
     assert mine == ref

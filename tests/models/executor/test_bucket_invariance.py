@@ -47,8 +47,9 @@ def test_tree_step_with_blocked_attention_equals_per_branch_scoring(runner):
         parents += [len(prefix) - 1] + list(range(start, start + len(b) - 1))
         ends.append(len(tokens) - 1)
     positions = list(range(len(prefix))) + [len(prefix) + i for b in branches for i in range(len(b))]
-    packed = runner.logits(runner.pack([Chunk([], 0, tokens, parents=parents, positions=positions, write=False,
-                                              rows=ends)]))
+    packed = runner.logits(
+        runner.pack([Chunk([], 0, tokens, parents=parents, positions=positions, write=False, rows=ends)])
+    )
     assert len(tokens) > 512
     for i, b in enumerate(branches):
         alone = runner.logits(runner.pack([Chunk([], 0, prefix + b, write=False, rows=[len(prefix) + len(b) - 1])]))

@@ -12,8 +12,13 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import KVPool
 from specrag_jax.models.config import tiny_config
 from specrag_jax.models.decoder.transformer import init_params
-from specrag_jax.models.executor.kv_transfer import (host_to_pool, host_to_pool_many, pool_to_host, runner_read_kv,
-                                                     runner_write_kv)
+from specrag_jax.models.executor.kv_transfer import (
+    host_to_pool,
+    host_to_pool_many,
+    pool_to_host,
+    runner_read_kv,
+    runner_write_kv,
+)
 from specrag_jax.models.executor.packing import Chunk
 from specrag_jax.models.executor.runner import ModelRunner
 
@@ -96,8 +101,9 @@ def test_restored_prefix_gives_fresh_prefill_logits(arch):
     np.testing.assert_array_equal(v2, v)
     rows = list(range(len(suffix)))
     cached = runner.logits(runner.pack([Chunk(other, len(prefix), suffix, write=False, rows=rows)]))
-    fresh = runner.logits(runner.pack([Chunk([], 0, prefix + suffix, write=False,
-                                             rows=[len(prefix) + r for r in rows])]))
+    fresh = runner.logits(
+        runner.pack([Chunk([], 0, prefix + suffix, write=False, rows=[len(prefix) + r for r in rows])])
+    )
     np.testing.assert_allclose(cached, fresh, atol=1e-4, rtol=1e-4)
     runner.allocator.release(other)
     assert runner.allocator.num_free == runner.allocator.num_usable

@@ -78,6 +78,11 @@ def test_fingerprint_hashes_every_subpackage():
     """The export key covers the sources of every models/ subpackage and of kernels/, so a stored step is never
     reused after any of them changes."""
     names = {p.as_posix().rsplit("/specrag_jax/", 1)[1] for p in step_export.source_files()}
-    for expected in ("models/config.py", "models/decoder/transformer.py", "models/executor/runner.py",
-                     "models/speculative/verify_step.py", "kernels/reference.py"):
+    for expected in (
+        "models/config.py",
+        "models/decoder/transformer.py",
+        "models/executor/runner.py",
+        "models/speculative/verify_step.py",
+        "kernels/reference.py",
+    ):
         assert expected in names, expected

@@ -17,8 +17,15 @@ from specrag_jax.models.loading.params import flatten_tree
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=128)
+BASE = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
 
 
 def tiny_qwen3(directory, tie: bool = False):
@@ -38,9 +45,18 @@ def write_qwen3_gguf(path, state: dict, num_layers: int = 2) -> None:
     permutation), as F32, from a transformers state dict."""
     writer = gguf.GGUFWriter(str(path), "qwen3")
     writer.add_name("tiny-qwen3")
-    for key, value in dict(block_count=num_layers, context_length=128, embedding_length=32, feed_forward_length=48,
-                           head_count=4, head_count_kv=2, key_length=16, value_length=16, layer_norm_rms_eps=1e-6,
-                           rope_freq_base=1e6).items():
+    for key, value in dict(
+        block_count=num_layers,
+        context_length=128,
+        embedding_length=32,
+        feed_forward_length=48,
+        head_count=4,
+        head_count_kv=2,
+        key_length=16,
+        value_length=16,
+        layer_norm_rms_eps=1e-6,
+        rope_freq_base=1e6,
+    ).items():
         getattr(writer, f"add_{key}")(value)
     for leaf, hf_name in {**HF_NAMES["qwen3"], "lm_head/kernel": "lm_head.weight"}.items():
         full = hf_name if hf_name.startswith("lm_head") else "model." + hf_name
@@ -84,17 +100,31 @@ def test_cached_config_round_trips(tmp_path):
     assert again == cfg and hash(again) == hash(cfg)  # layer_types comes back a tuple: still a jit static
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda: transformers.Qwen3Config(**BASE, attention_bias=True).to_dict(), ["qwen3", "attention_bias=true"]),
-    (lambda: transformers.LlamaConfig(**BASE, mlp_bias=True).to_dict(), ["llama", "mlp_bias=true"]),
-    (lambda: {**transformers.Qwen3Config(**BASE).to_dict(), "num_experts": 8}, ["qwen3", "mixture of experts"]),
-    (lambda: {**transformers.MistralConfig(**BASE).to_dict(), "rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
-     ["RoPE scaling type 'yarn'"]),
-    (lambda: {**transformers.MistralConfig(**BASE).to_dict(), "hidden_act": "relu"}, ["mistral", "'relu'"]),
-    (lambda: {"model_type": "mamba"}, ["unsupported Hugging Face model_type 'mamba'", "qwen3", "mistral"]),
-    (lambda: {**transformers.Qwen3Config(**BASE, use_sliding_window=True, sliding_window=8).to_dict(),
-              "layer_types": ["sliding_attention"]}, ["layer_types must name 2 layers"]),
-], ids=["qwen3-bias", "mlp-bias", "experts", "yarn", "relu", "mamba", "layer-types"])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: transformers.Qwen3Config(**BASE, attention_bias=True).to_dict(), ["qwen3", "attention_bias=true"]),
+        (lambda: transformers.LlamaConfig(**BASE, mlp_bias=True).to_dict(), ["llama", "mlp_bias=true"]),
+        (lambda: {**transformers.Qwen3Config(**BASE).to_dict(), "num_experts": 8}, ["qwen3", "mixture of experts"]),
+        (
+            lambda: {
+                **transformers.MistralConfig(**BASE).to_dict(),
+                "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+            },
+            ["RoPE scaling type 'yarn'"],
+        ),
+        (lambda: {**transformers.MistralConfig(**BASE).to_dict(), "hidden_act": "relu"}, ["mistral", "'relu'"]),
+        (lambda: {"model_type": "mamba"}, ["unsupported Hugging Face model_type 'mamba'", "qwen3", "mistral"]),
+        (
+            lambda: {
+                **transformers.Qwen3Config(**BASE, use_sliding_window=True, sliding_window=8).to_dict(),
+                "layer_types": ["sliding_attention"],
+            },
+            ["layer_types must name 2 layers"],
+        ),
+    ],
+    ids=["qwen3-bias", "mlp-bias", "experts", "yarn", "relu", "mamba", "layer-types"],
+)
 def test_unsupported_configs_are_one_line_errors(tmp_path, make, words):
     (tmp_path / "config.json").write_text(json.dumps(make()))
     with pytest.raises(SpecRagError) as err:

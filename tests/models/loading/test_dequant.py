@@ -14,11 +14,23 @@ from specrag_jax.models.loading import dequant
 from specrag_jax.models.loading.dequant import KERNELS, dequantize_rows
 
 # Byte offsets of each type's float16 scale fields (d, dmin/m) inside a block.
-F16_FIELDS = {QT.Q8_0: (0,), QT.Q4_0: (0,), QT.Q4_1: (0, 2), QT.Q5_0: (0,), QT.Q5_1: (0, 2), QT.Q4_K: (0, 2),
-              QT.Q5_K: (0, 2), QT.Q6_K: (208,), QT.F16: (0,), QT.F32: (), QT.BF16: ()}
+F16_FIELDS = {
+    QT.Q8_0: (0,),
+    QT.Q4_0: (0,),
+    QT.Q4_1: (0, 2),
+    QT.Q5_0: (0,),
+    QT.Q5_1: (0, 2),
+    QT.Q4_K: (0, 2),
+    QT.Q5_K: (0, 2),
+    QT.Q6_K: (208,),
+    QT.F16: (0,),
+    QT.F32: (),
+    QT.BF16: (),
+}
 # NaN, -NaN with a payload, +-inf, +-0, the largest and smallest normal, subnormals, 1, -2.
-ADVERSARIAL_F16 = np.array([0x7E00, 0xFC01, 0x7C00, 0xFC00, 0x0000, 0x8000, 0x7BFF, 0x0400, 0x0001, 0x83FF,
-                            0x3C00, 0xC000], np.uint16)
+ADVERSARIAL_F16 = np.array(
+    [0x7E00, 0xFC01, 0x7C00, 0xFC00, 0x0000, 0x8000, 0x7BFF, 0x0400, 0x0001, 0x83FF, 0x3C00, 0xC000], np.uint16
+)
 
 
 def reference(raw: np.ndarray, qtype: QT) -> np.ndarray:
@@ -40,8 +52,13 @@ def assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(qtype=st.sampled_from(sorted(KERNELS)), rows=st.integers(1, 4), blocks=st.integers(1, 3),
-       seed=st.integers(0, 2**32 - 1), special=st.booleans())
+@given(
+    qtype=st.sampled_from(sorted(KERNELS)),
+    rows=st.integers(1, 4),
+    blocks=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+    special=st.booleans(),
+)
 def test_random_blocks_match_gguf_bit_for_bit(qtype, rows, blocks, seed, special):
     rng = np.random.default_rng(seed)
     _, type_size = GGML_QUANT_SIZES[qtype]
@@ -49,8 +66,8 @@ def test_random_blocks_match_gguf_bit_for_bit(qtype, rows, blocks, seed, special
     if special:  # every scale field an adversarial float16; quant bytes all 0x00 or all 0xFF in some blocks
         cells = raw.reshape(rows * blocks, type_size)
         for at in F16_FIELDS[qtype]:
-            cells[:, at:at + 2] = rng.choice(ADVERSARIAL_F16, size=len(cells))[:, None].view(np.uint8)
-        cells[::2, max(F16_FIELDS[qtype], default=-2) + 2:] = rng.choice([0, 255])
+            cells[:, at : at + 2] = rng.choice(ADVERSARIAL_F16, size=len(cells))[:, None].view(np.uint8)
+        cells[::2, max(F16_FIELDS[qtype], default=-2) + 2 :] = rng.choice([0, 255])
     assert_same_bits(fast(raw, qtype), reference(raw, qtype))
 
 
@@ -61,7 +78,7 @@ def test_every_float16_scale_matches(qtype):
     rng = np.random.default_rng(int(qtype))
     raw = rng.integers(0, 256, size=(1 << 16, type_size), dtype=np.uint8)
     for at in F16_FIELDS[qtype]:
-        raw[:, at:at + 2] = rng.permutation(np.arange(1 << 16, dtype=np.uint16))[:, None].view(np.uint8)
+        raw[:, at : at + 2] = rng.permutation(np.arange(1 << 16, dtype=np.uint16))[:, None].view(np.uint8)
     assert_same_bits(fast(raw.reshape(256, -1), qtype), reference(raw.reshape(256, -1), qtype))
 
 

@@ -35,8 +35,15 @@ def synthetic_gguf(path: Path, arch: str = "llama", experts: int = 0, stacked: b
     rng = np.random.default_rng(7)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name("synthetic")
-    meta = dict(block_count=2, context_length=64, embedding_length=256, feed_forward_length=512, head_count=4,
-                head_count_kv=2, layer_norm_rms_eps=1e-5)
+    meta = dict(
+        block_count=2,
+        context_length=64,
+        embedding_length=256,
+        feed_forward_length=512,
+        head_count=4,
+        head_count_kv=2,
+        layer_norm_rms_eps=1e-5,
+    )
     if experts:
         meta.update(expert_count=experts, expert_used_count=2)
     for key, value in meta.items():
@@ -56,8 +63,12 @@ def synthetic_gguf(path: Path, arch: str = "llama", experts: int = 0, stacked: b
     matrix("output.weight", 64, 256)
     writer.add_tensor("output_norm.weight", rng.standard_normal(256).astype(np.float32))
     for i in range(2):
-        for name, shape in (("attn_q", (256, 256)), ("attn_k", (128, 256)), ("attn_v", (128, 256)),
-                            ("attn_output", (256, 256))):
+        for name, shape in (
+            ("attn_q", (256, 256)),
+            ("attn_k", (128, 256)),
+            ("attn_v", (128, 256)),
+            ("attn_output", (256, 256)),
+        ):
             matrix(f"blk.{i}.{name}.weight", *shape)
         for name in ("attn_norm", "ffn_norm"):
             writer.add_tensor(f"blk.{i}.{name}.weight", rng.standard_normal(256).astype(np.float32))
@@ -103,9 +114,11 @@ def same_bits(a, b) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-@pytest.mark.parametrize("arch,experts,stacked", [("llama", 0, True), ("qwen2", 0, True), ("llama", 3, True),
-                                                  ("llama", 3, False)],
-                         ids=["llama", "qwen2", "mixtral-exps", "mixtral-per-expert"])
+@pytest.mark.parametrize(
+    "arch,experts,stacked",
+    [("llama", 0, True), ("qwen2", 0, True), ("llama", 3, True), ("llama", 3, False)],
+    ids=["llama", "qwen2", "mixtral-exps", "mixtral-per-expert"],
+)
 def test_new_conversion_equals_old_bit_for_bit(tmp_path, arch, experts, stacked):
     path = synthetic_gguf(tmp_path / "s.gguf", arch, experts, stacked)
     want = flatten_tree(old_path_params(path))
@@ -137,8 +150,9 @@ def test_cache_is_built_in_place_then_hit(tmp_path, monkeypatch, dtype):
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [Path(last_load_info().cache_entry).name]
 
 
-@pytest.mark.parametrize("failure", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()],
-                         ids=["disk-full", "interrupted"])
+@pytest.mark.parametrize(
+    "failure", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()], ids=["disk-full", "interrupted"]
+)
 def test_half_written_entry_is_never_used(tmp_path, monkeypatch, failure):
     """A conversion that dies halfway leaves no entry (a full disk: the load still succeeds, in memory)."""
     monkeypatch.setenv("SPECRAG_CACHE_DIR", str(tmp_path / "cache"))
@@ -177,7 +191,12 @@ def test_header_matches_gguf_py(tmp_path):
         assert ours.fields[key] == field.contents(), key
     for mine, t in zip(ours.tensors, theirs.tensors):
         assert (mine.name, mine.shape, mine.tensor_type, mine.offset, mine.n_bytes) == (
-            t.name, tuple(int(d) for d in t.shape), t.tensor_type, t.data_offset, t.n_bytes)
+            t.name,
+            tuple(int(d) for d in t.shape),
+            t.tensor_type,
+            t.data_offset,
+            t.n_bytes,
+        )
         assert ours.raw(mine).tobytes() == np.asarray(t.data).tobytes()
 
 

@@ -126,13 +126,25 @@ def tiny_hf(tmp_path: Path, arch: str, tied: bool = True, shard: bool = False, b
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    common = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, tie_word_embeddings=tied)
+    common = dict(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=tied,
+    )
     if arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(**common, rope_theta=5e5))
     else:
-        config = Gemma3TextConfig(**common, sliding_window=16, query_pre_attn_scalar=8,
-                                  layer_types=["sliding_attention", "full_attention"] * 2)
+        config = Gemma3TextConfig(
+            **common,
+            sliding_window=16,
+            query_pre_attn_scalar=8,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+        )
         model = Gemma3ForCausalLM(config)
     with torch.no_grad():  # norms start at 0 (gemma) or 1 (llama); make them distinctive
         for name, p in model.named_parameters():
@@ -237,7 +249,7 @@ def ref_block(qtype: QT, b: np.ndarray) -> list[float]:
     ql, qh, sc, d = u[0:128], u[128:192], [int(v) for v in b[192:208].view(np.int8)], _f16(b[208:])
     for h in range(2):
         for i in range(32):
-            L, H, S = ql[64 * h:], qh[32 * h:], sc[8 * h:]
+            L, H, S = ql[64 * h :], qh[32 * h :], sc[8 * h :]
             q1 = ((L[i] & 0xF) | (((H[i] >> 0) & 3) << 4)) - 32
             q2 = ((L[i + 32] & 0xF) | (((H[i] >> 2) & 3) << 4)) - 32
             q3 = ((L[i] >> 4) | (((H[i] >> 4) & 3) << 4)) - 32
@@ -255,7 +267,7 @@ def test_dequantize_matches_reference(qtype):
     blocks = rng.integers(0, 256, size=(3, type_size), dtype=np.uint8)
     scales = rng.uniform(-0.5, 0.5, size=(3, 2)).astype(np.float16).view(np.uint8)
     at = type_size - 2 if qtype == QT.Q6_K else 0
-    blocks[:, at:at + 2] = scales[:, :2]
+    blocks[:, at : at + 2] = scales[:, :2]
     if qtype in (QT.Q4_1, QT.Q4_K, QT.Q5_K):
         blocks[:, 2:4] = scales[:, 2:4]
     got = dequantize(blocks.reshape(1, -1), qtype).reshape(-1)
@@ -282,16 +294,31 @@ def write_gguf(path: Path, arch: str = "llama", drop: str = "", odd_type: str = 
     rng = np.random.default_rng(1)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name("tiny")
-    for key, value in dict(block_count=2, context_length=64, embedding_length=32, feed_forward_length=64,
-                           head_count=4, head_count_kv=2, layer_norm_rms_eps=1e-5).items():
+    for key, value in dict(
+        block_count=2,
+        context_length=64,
+        embedding_length=32,
+        feed_forward_length=64,
+        head_count=4,
+        head_count_kv=2,
+        layer_norm_rms_eps=1e-5,
+    ).items():
         getattr(writer, f"add_{key}")(value)
     shapes = {"token_embd.weight": (97, 32), "output_norm.weight": (32,)}
     for i in range(2):
-        shapes.update({f"blk.{i}.attn_q.weight": (32, 32), f"blk.{i}.attn_k.weight": (16, 32),
-                       f"blk.{i}.attn_v.weight": (16, 32), f"blk.{i}.attn_output.weight": (32, 32),
-                       f"blk.{i}.ffn_gate.weight": (64, 32), f"blk.{i}.ffn_up.weight": (64, 32),
-                       f"blk.{i}.ffn_down.weight": (32, 64), f"blk.{i}.attn_norm.weight": (32,),
-                       f"blk.{i}.ffn_norm.weight": (32,)})
+        shapes.update(
+            {
+                f"blk.{i}.attn_q.weight": (32, 32),
+                f"blk.{i}.attn_k.weight": (16, 32),
+                f"blk.{i}.attn_v.weight": (16, 32),
+                f"blk.{i}.attn_output.weight": (32, 32),
+                f"blk.{i}.ffn_gate.weight": (64, 32),
+                f"blk.{i}.ffn_up.weight": (64, 32),
+                f"blk.{i}.ffn_down.weight": (32, 64),
+                f"blk.{i}.attn_norm.weight": (32,),
+                f"blk.{i}.ffn_norm.weight": (32,),
+            }
+        )
         if arch == "qwen2":
             shapes.update({f"blk.{i}.attn_q.bias": (32,), f"blk.{i}.attn_k.bias": (16,), f"blk.{i}.attn_v.bias": (16,)})
     shapes.update({name: (32,) for name in extra})
@@ -336,16 +363,21 @@ def test_tiny_qwen2_gguf_keeps_qk_rows_and_biases(tmp_path):
         (lambda d: (d / "x.gguf").write_text("hello, not a model") and d / "x.gguf", ["not a GGUF", "bad magic"]),
         (lambda d: write_gguf(d / "m.gguf", arch="mamba"), ["unsupported architecture", "'mamba'"]),
         (lambda d: write_gguf(d / "m.gguf", drop="blk.1.ffn_up.weight"), ["missing tensor", "blk.1.ffn_up.weight"]),
-        (lambda d: write_gguf(d / "m.gguf", odd_type="blk.0.attn_v.weight"),
-         ["unsupported quantization type Q8_1", "blk.0.attn_v.weight"]),
+        (
+            lambda d: write_gguf(d / "m.gguf", odd_type="blk.0.attn_v.weight"),
+            ["unsupported quantization type Q8_1", "blk.0.attn_v.weight"],
+        ),
         (lambda d: d / "empty-dir", ["no config.json"]),
-        (lambda d: write_gguf(d / "m.gguf", arch="qwen2", drop="blk.1.attn_k.bias"),
-         ["missing tensor", "blk.1.attn_k.bias"]),
-        (lambda d: write_gguf(d / "m.gguf", arch="qwen2", extra=("blk.0.attn_output.bias",)),
-         ["unsupported tensors", "blk.0.attn_output.bias"]),
+        (
+            lambda d: write_gguf(d / "m.gguf", arch="qwen2", drop="blk.1.attn_k.bias"),
+            ["missing tensor", "blk.1.attn_k.bias"],
+        ),
+        (
+            lambda d: write_gguf(d / "m.gguf", arch="qwen2", extra=("blk.0.attn_output.bias",)),
+            ["unsupported tensors", "blk.0.attn_output.bias"],
+        ),
     ],
-    ids=["missing", "not-gguf", "mamba", "missing-tensor", "bad-quant", "not-hf-dir", "qwen2-no-bias",
-         "qwen2-o-bias"],
+    ids=["missing", "not-gguf", "mamba", "missing-tensor", "bad-quant", "not-hf-dir", "qwen2-no-bias", "qwen2-o-bias"],
 )
 def test_errors(tmp_path, make, words):
     (tmp_path / "empty-dir").mkdir()
@@ -355,7 +387,9 @@ def test_errors(tmp_path, make, words):
     assert "\n" not in message and all(w in message for w in words), message
 
 
-@pytest.mark.parametrize("nbytes,words", [(50_000_000, ["truncated", "tensor 'blk."]), (4096, ["truncated GGUF header"])])
+@pytest.mark.parametrize(
+    "nbytes,words", [(50_000_000, ["truncated", "tensor 'blk."]), (4096, ["truncated GGUF header"])]
+)
 def test_truncated_gguf(tmp_path, nbytes, words):
     source = resolve_model_path("smollm2-135m-instruct")
     target = tmp_path / "cut.gguf"

@@ -14,18 +14,23 @@ from specrag_jax.models.loading.param_file import load_tree, save_tree
 
 def tree():
     rng = np.random.default_rng(0)
-    return {"embed": {"embedding": rng.normal(size=(7, 3)).astype(np.float32)},
-            "layers": {"q": {"kernel": jnp.asarray(rng.normal(size=(2, 3, 5)), jnp.bfloat16),
-                             "bias": np.zeros((2, 5), np.float32)}},
-            "final_norm": {"scale": np.ones((3,), np.float16)}}
+    return {
+        "embed": {"embedding": rng.normal(size=(7, 3)).astype(np.float32)},
+        "layers": {
+            "q": {"kernel": jnp.asarray(rng.normal(size=(2, 3, 5)), jnp.bfloat16), "bias": np.zeros((2, 5), np.float32)}
+        },
+        "final_norm": {"scale": np.ones((3,), np.float16)},
+    }
 
 
 def test_round_trip_and_standard_format(tmp_path):
     path = tmp_path / "m.safetensors"
     save_tree(path, tree())
     back = load_tree(path)
-    for name, want in [("embed/embedding", tree()["embed"]["embedding"]),
-                       ("layers/q/kernel", np.asarray(tree()["layers"]["q"]["kernel"]))]:
+    for name, want in [
+        ("embed/embedding", tree()["embed"]["embedding"]),
+        ("layers/q/kernel", np.asarray(tree()["layers"]["q"]["kernel"])),
+    ]:
         a, b = name.split("/", 1)
         got = back[a][b.split("/")[0]][b.split("/")[1]] if "/" in b else back[a][b]
         assert got.dtype == want.dtype and np.array_equal(np.asarray(got), want)
@@ -38,9 +43,11 @@ def test_round_trip_and_standard_format(tmp_path):
 def test_expected_shapes_and_truncation(tmp_path):
     path = tmp_path / "m.safetensors"
     save_tree(path, tree())
-    ok = {"embed": {"embedding": ((7, 3), np.float32)},
-          "layers": {"q": {"kernel": ((2, 3, 5), ml_dtypes.bfloat16), "bias": ((2, 5), np.float32)}},
-          "final_norm": {"scale": ((3,), np.float16)}}
+    ok = {
+        "embed": {"embedding": ((7, 3), np.float32)},
+        "layers": {"q": {"kernel": ((2, 3, 5), ml_dtypes.bfloat16), "bias": ((2, 5), np.float32)}},
+        "final_norm": {"scale": ((3,), np.float16)},
+    }
     load_tree(path, ok)
     with pytest.raises(SpecRagError, match="tensor embed/embedding is"):
         load_tree(path, {**ok, "embed": {"embedding": ((7, 4), np.float32)}})

@@ -23,8 +23,10 @@ def split(tmp_path, monkeypatch):
         (pkg / "__init__.py").write_text("raise ImportError('never imported')\n")
         (pkg / "data" / f"part{n:02d}.bin").write_bytes(chunk)
     monkeypatch.syspath_prepend(str(site))
-    parts = tuple(Part(f"fake-model-part{n}", f"data/part{n:02d}.bin", len(c), hashlib.sha256(c).hexdigest())
-                  for n, c in enumerate(CHUNKS, 1))
+    parts = tuple(
+        Part(f"fake-model-part{n}", f"data/part{n:02d}.bin", len(c), hashlib.sha256(c).hexdigest())
+        for n, c in enumerate(CHUNKS, 1)
+    )
     whole = b"".join(CHUNKS)
     spec = SplitFile("fake-model", "fake.gguf", parts, len(whole), hashlib.sha256(whole).hexdigest())
     return spec, site, tmp_path / "out"

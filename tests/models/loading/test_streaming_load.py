@@ -12,8 +12,10 @@ import jax
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from safetensors.numpy import load_file, save_file
 
 from benchmarks.synthetic_hf import llama_config, write_checkpoint
@@ -28,8 +30,13 @@ from specrag_jax.models.loading.streaming import chunk_slices, place
 CONFIGS = {
     "llama": llama_config(),
     "llama-tied": llama_config(tie_word_embeddings=True),
-    "gemma3": llama_config(model_type="gemma3_text", sliding_window=8, query_pre_attn_scalar=8,
-                           layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=True),
+    "gemma3": llama_config(
+        model_type="gemma3_text",
+        sliding_window=8,
+        query_pre_attn_scalar=8,
+        layer_types=["sliding_attention", "full_attention"],
+        tie_word_embeddings=True,
+    ),
     "qwen2": llama_config(model_type="qwen2"),
     "qwen3": llama_config(model_type="qwen3"),
     "mistral": llama_config(model_type="mistral", sliding_window=8),
@@ -76,8 +83,7 @@ def test_load_model_params_streams_and_caches_the_same_bits(tmp_path, monkeypatc
 
 
 @settings(max_examples=40, deadline=None)
-@given(shape=st.lists(st.integers(0, 5), min_size=1, max_size=4), limit=st.integers(1, 300),
-       data=st.data())
+@given(shape=st.lists(st.integers(0, 5), min_size=1, max_size=4), limit=st.integers(1, 300), data=st.data())
 def test_chunks_tile_the_array_and_place_rebuilds_it(shape, limit, data):
     order = data.draw(st.permutations(range(len(shape))))
     seen = np.zeros(shape, np.int32)
@@ -118,8 +124,10 @@ def test_missing_unexpected_and_misplaced_tensors_are_one_line_errors(tmp_path):
         load_model_params(str(tmp_path / "extra"), cache=False)
     _one_line(err, "unexpected tensor 'model.layers.1.mlp.gate_proj.bias'")
     # what transformers also skips: RoPE buffers of old exports, a tied model's stored head
-    ignorable = {"model.layers.0.self_attn.rotary_emb.inv_freq": np.ones(4, np.float32),
-                 "lm_head.weight": np.zeros((96, 32), np.float32)}
+    ignorable = {
+        "model.layers.0.self_attn.rotary_emb.inv_freq": np.ones(4, np.float32),
+        "lm_head.weight": np.zeros((96, 32), np.float32),
+    }
     write_checkpoint(tmp_path / "ok", CONFIGS["llama-tied"], extra=ignorable)
     load_model_params(str(tmp_path / "ok"), cache=False)
 
@@ -135,8 +143,9 @@ def test_missing_unexpected_and_misplaced_tensors_are_one_line_errors(tmp_path):
     index = tmp_path / "index" / "model.safetensors.index.json"
     data = json.loads(index.read_text())
     name = "model.layers.0.mlp.up_proj.weight"
-    data["weight_map"][name] = "part-00000.safetensors" if data["weight_map"][name] != "part-00000.safetensors" \
-        else "part-00001.safetensors"
+    data["weight_map"][name] = (
+        "part-00000.safetensors" if data["weight_map"][name] != "part-00000.safetensors" else "part-00001.safetensors"
+    )
     index.write_text(json.dumps(data))
     with pytest.raises(SpecRagError) as err:
         load_model_params(str(tmp_path / "index"), cache=False)
@@ -187,8 +196,14 @@ def test_a_failing_sharding_on_a_cache_hit_keeps_the_entry(tmp_path, monkeypatch
     assert last_load_info().from_cache and last_load_info().cache_entry == entry  # not deleted and rebuilt
 
 
-@pytest.mark.parametrize("entry", [{"shape": [2]}, {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]},
-                                   {"dtype": "F32", "shape": "x", "data_offsets": [0, 8]}])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"shape": [2]},
+        {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]},
+        {"dtype": "F32", "shape": "x", "data_offsets": [0, 8]},
+    ],
+)
 def test_malformed_header_entries_are_one_line_errors(tmp_path, entry):
     from specrag_jax.models.loading.param_file import read_header
 

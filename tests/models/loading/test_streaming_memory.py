@@ -74,10 +74,20 @@ CHILD = textwrap.dedent("""
 def test_sharded_load_over_8_devices_puts_only_each_devices_part(tmp_path):
     raw = llama_config(num_attention_heads=8, num_key_value_heads=2, head_dim=8, hidden_size=64)
     write_checkpoint(tmp_path / "hf", raw, shard_bytes=40_000)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
-           "SPECRAG_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "hf")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+        "SPECRAG_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path / "hf")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["devices"] == 8 and report["text_model_tokens_equal"] and report["text_model_sent_equals_own"]

@@ -46,16 +46,29 @@ def table_with(rows):
     return table, slots
 
 
-logit_values = st.one_of(st.floats(-30, 30, width=32, allow_subnormal=False), st.sampled_from([0.0, -0.0, 1e-30, -1e-30, 1e4, -1e4]))
+logit_values = st.one_of(
+    st.floats(-30, 30, width=32, allow_subnormal=False), st.sampled_from([0.0, -0.0, 1e-30, -1e-30, 1e4, -1e4])
+)
 tokens = st.lists(st.integers(0, V - 1), max_size=12)
 penalty = st.one_of(st.floats(-2, 2, width=32, allow_subnormal=False), st.sampled_from([0.0, -2.0, 2.0]))
 repetition = st.one_of(st.floats(0.125, 10, width=32, allow_subnormal=False), st.sampled_from([1.0, 0.5, 2.0]))
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.lists(logit_values, min_size=V, max_size=V), st.lists(st.integers(0, V - 1),
-                                                                                   max_size=16),
-                          tokens, penalty, penalty, repetition), min_size=1, max_size=3))
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(logit_values, min_size=V, max_size=V),
+            st.lists(st.integers(0, V - 1), max_size=16),
+            tokens,
+            penalty,
+            penalty,
+            repetition,
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_penalties_equal_numpy_reference(rows):
     table, slots = table_with([(prompt, out) for _, prompt, out, *_ in rows])
     params = [SamplingParams(presence_penalty=p, frequency_penalty=f, repetition_penalty=r) for *_, p, f, r in rows]
@@ -67,15 +80,24 @@ def test_penalties_equal_numpy_reference(rows):
 
 
 @settings(max_examples=20, deadline=None)
-@given(st.integers(0, 2**31 - 1), tokens, tokens, penalty, penalty, repetition, st.integers(1, MAX_TOP_LOGPROBS),
-       st.booleans())
+@given(
+    st.integers(0, 2**31 - 1),
+    tokens,
+    tokens,
+    penalty,
+    penalty,
+    repetition,
+    st.integers(1, MAX_TOP_LOGPROBS),
+    st.booleans(),
+)
 def test_sampler_logprobs_are_the_penalised_distribution(seed, prompt, out, p, f, r, n, greedy):
     """The chosen token, its log-probability and the top alternatives follow the penalised logits."""
     rng = np.random.default_rng(seed)
     logits = (rng.standard_normal((2, V)) * 4).astype(np.float32)
     table, slots = table_with([(prompt, out), ([], [])])
-    sp = SamplingParams(0.0 if greedy else 0.8, seed=seed, presence_penalty=p, frequency_penalty=f,
-                        repetition_penalty=r, top_logprobs=n)
+    sp = SamplingParams(
+        0.0 if greedy else 0.8, seed=seed, presence_penalty=p, frequency_penalty=f, repetition_penalty=r, top_logprobs=n
+    )
     batch = SamplingBatch.of([sp, SamplingParams(top_logprobs=n)], [len(out), 0], [slots[0], 0])
     res = jax.jit(sample_tokens, static_argnames="greedy_only")(logits, batch, table.state, greedy_only=greedy)
     for i, want_logits in enumerate([penalize_ref(logits[0], prompt, out, p, f, r), logits[1]]):
@@ -98,12 +120,13 @@ def test_no_penalty_rows_are_the_old_path_bit_for_bit():
     penal = SamplingParams(0.7, seed=9, presence_penalty=1.5, frequency_penalty=0.5, repetition_penalty=1.3)
     fn = jax.jit(sample_tokens, static_argnames="greedy_only")
     alone = fn(logits[1:], SamplingBatch.of(plain, [2] * 3), table.state, greedy_only=False)
-    mixed = fn(logits, SamplingBatch.of([penal] + plain, [2] * 4, [slots[0], 0, 0, 0]), table.state,
-               greedy_only=False)
+    mixed = fn(logits, SamplingBatch.of([penal] + plain, [2] * 4, [slots[0], 0, 0, 0]), table.state, greedy_only=False)
     for a, m in zip(alone, mixed):
         assert np.array_equal(np.asarray(a), np.asarray(m)[1:])
-    assert not np.array_equal(np.asarray(mixed.logprobs)[:1], np.asarray(
-        fn(logits[:1], SamplingBatch.of([penal], [2]), table.state, greedy_only=False).logprobs))  # penalised
+    assert not np.array_equal(
+        np.asarray(mixed.logprobs)[:1],
+        np.asarray(fn(logits[:1], SamplingBatch.of([penal], [2]), table.state, greedy_only=False).logprobs),
+    )  # penalised
 
 
 def test_slots_are_reused_clean_and_bounded():
@@ -123,13 +146,20 @@ def test_slots_are_reused_clean_and_bounded():
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.lists(st.lists(st.integers(0, V - 1), min_size=1, max_size=4), min_size=1, max_size=3), tokens, tokens,
-       penalty, penalty, repetition)
+@given(
+    st.lists(st.lists(st.integers(0, V - 1), min_size=1, max_size=4), min_size=1, max_size=3),
+    tokens,
+    tokens,
+    penalty,
+    penalty,
+    repetition,
+)
 def test_tree_nodes_are_penalised_as_plain_decoding_after_their_path(props, prompt, out, p, f, r):
     tree = build_tree(props, out[-1] if out else 1, 16, vocab_size=V)
     table, slots = table_with([(prompt, out)])
-    batch = SamplingBatch.of([SamplingParams(presence_penalty=p, frequency_penalty=f, repetition_penalty=r)], [0],
-                             slots)
+    batch = SamplingBatch.of(
+        [SamplingParams(presence_penalty=p, frequency_penalty=f, repetition_penalty=r)], [0], slots
+    )
     logits = np.random.default_rng(len(out)).standard_normal((1, 16, V)).astype(np.float32) * 5
     trees = stack_trees([tree])
     got = np.asarray(jax.jit(penalize_tree)(logits, trees.tokens, trees.parents, batch, table.state))[0]

@@ -18,9 +18,9 @@ def brute_force(context: list[int], max_ngram: int, min_ngram: int, length: int,
             continue
         suffix = context[-n:]
         for i in range(len(context) - n - 1, -1, -1):
-            if context[i:i + n] == suffix and i + n not in starts:
+            if context[i : i + n] == suffix and i + n not in starts:
                 starts.add(i + n)
-                out.append(context[i + n:i + n + length])
+                out.append(context[i + n : i + n + length])
                 if len(out) == limit:
                     return out
     return out
@@ -58,18 +58,27 @@ def test_proposals_build_a_tree():
     assert tree.num_tokens > 1 and len(set(tree.tokens[1:3].tolist())) == 2
 
 
-@pytest.mark.parametrize("kw,msg", [
-    (dict(min_ngram=0), "min_ngram <= max_ngram"), (dict(min_ngram=4), "min_ngram <= max_ngram"),
-    (dict(length=0), "proposal length must be >= 1"), (dict(max_proposals=0), "max_proposals must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(min_ngram=0), "min_ngram <= max_ngram"),
+        (dict(min_ngram=4), "min_ngram <= max_ngram"),
+        (dict(length=0), "proposal length must be >= 1"),
+        (dict(max_proposals=0), "max_proposals must be >= 1"),
+    ],
+)
 def test_bad_settings(kw, msg):
     with pytest.raises(SpecRagError, match=msg):
         NgramProposer(**kw)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(ctx=st.lists(st.integers(0, 4), max_size=40), max_n=st.integers(1, 4), length=st.integers(1, 5),
-       limit=st.integers(1, 6))
+@given(
+    ctx=st.lists(st.integers(0, 4), max_size=40),
+    max_n=st.integers(1, 4),
+    length=st.integers(1, 5),
+    limit=st.integers(1, 6),
+)
 def test_equals_brute_force(ctx, max_n, length, limit):
     min_n = 1 if max_n < 3 else 2
     got = NgramProposer(max_ngram=max_n, min_ngram=min_n, length=length, max_proposals=limit)(ctx)

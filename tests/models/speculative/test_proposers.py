@@ -16,9 +16,9 @@ from specrag_jax.models.speculative.tree import build_tree
 def brute_align(context: list[int], draft: list[int], max_match: int, min_match: int) -> tuple[int, int] | None:
     """(match length, end in draft) of the longest context suffix occurring in draft, earliest; plain Python."""
     for k in range(min(max_match, len(context)), min_match - 1, -1):
-        suffix = context[len(context) - k:]
+        suffix = context[len(context) - k :]
         for i in range(len(draft) - k + 1):
-            if draft[i:i + k] == suffix:
+            if draft[i : i + k] == suffix:
                 return k, i + k
     return None
 
@@ -29,7 +29,7 @@ def brute_propose(context, drafts, max_match, min_match, length, limit) -> list[
         match = brute_align(context, draft, max_match, min_match)
         if match is None:
             continue
-        prop = draft[match[1]:match[1] + length]
+        prop = draft[match[1] : match[1] + length]
         if prop and prop not in out:
             out.append(prop)
             if len(out) == limit:
@@ -116,15 +116,23 @@ def test_drafts_stored_as_tuples_and_hashable():
     assert DraftProposer(iter([[1, 2]])).drafts == ((1, 2),)
 
 
-@pytest.mark.parametrize("kw,msg", [
-    ({"min_match": 0}, "min_match <= max_match"), ({"min_match": 5, "max_match": 4}, "min_match <= max_match"),
-    ({"length": 0}, "proposal length must be >= 1"), ({"max_proposals": 0}, "max_proposals must be >= 1"),
-    ({"drafts": [1, 2, 3]}, "draft 0 must be a flat sequence"), ({"drafts": [[1], "Paris"]}, "not text"),
-    ({"drafts": [[1, 2.5]]}, "draft 0 must be a flat sequence"), ({"drafts": [[[1, 2]]]}, "flat sequence"),
-    ({"drafts": [[True]]}, "flat sequence"), ({"drafts": [[1], [2, -1]]}, "draft 1 has a negative token id"),
-    ({"drafts": "Paris"}, "drafts must be a sequence of token-id sequences"),
-    ({"drafts": 7}, "drafts must be a sequence of token-id sequences"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"min_match": 0}, "min_match <= max_match"),
+        ({"min_match": 5, "max_match": 4}, "min_match <= max_match"),
+        ({"length": 0}, "proposal length must be >= 1"),
+        ({"max_proposals": 0}, "max_proposals must be >= 1"),
+        ({"drafts": [1, 2, 3]}, "draft 0 must be a flat sequence"),
+        ({"drafts": [[1], "Paris"]}, "not text"),
+        ({"drafts": [[1, 2.5]]}, "draft 0 must be a flat sequence"),
+        ({"drafts": [[[1, 2]]]}, "flat sequence"),
+        ({"drafts": [[True]]}, "flat sequence"),
+        ({"drafts": [[1], [2, -1]]}, "draft 1 has a negative token id"),
+        ({"drafts": "Paris"}, "drafts must be a sequence of token-id sequences"),
+        ({"drafts": 7}, "drafts must be a sequence of token-id sequences"),
+    ],
+)
 def test_bad_settings(kw, msg):
     with pytest.raises(SpecRagError, match=msg) as err:
         DraftProposer(**kw)
@@ -156,16 +164,19 @@ def test_make_proposer():
     assert make_proposer("drafts")(ctx) == [] and make_proposer("both")(ctx) == [[4, 1, 3]]
 
 
-@pytest.mark.parametrize("call,msg", [
-    (lambda: make_proposer("eagle"), r"unknown proposer 'eagle' \(choose one of ngram, drafts, both\)"),
-    (lambda: make_proposer("ngram", ngram=3), "unknown n-gram proposer option.*ngram.*allowed: max_ngram"),
-    (lambda: make_proposer("both", draft_options={"size": 2}), "unknown draft proposer option.*size"),
-    (lambda: make_proposer("drafts", draft_options={"drafts": [[1]]}), "unknown draft proposer option"),
-    (lambda: make_proposer("drafts", [1, 2]), "draft 0 must be a flat sequence"),
-    (lambda: make_proposer("both", length=0), "n-gram proposal length must be >= 1"),
-    (lambda: CombinedProposer([]), "at least one proposer"),
-    (lambda: CombinedProposer([NgramProposer(), 3]), "proposer 1 is not callable"),
-])
+@pytest.mark.parametrize(
+    "call,msg",
+    [
+        (lambda: make_proposer("eagle"), r"unknown proposer 'eagle' \(choose one of ngram, drafts, both\)"),
+        (lambda: make_proposer("ngram", ngram=3), "unknown n-gram proposer option.*ngram.*allowed: max_ngram"),
+        (lambda: make_proposer("both", draft_options={"size": 2}), "unknown draft proposer option.*size"),
+        (lambda: make_proposer("drafts", draft_options={"drafts": [[1]]}), "unknown draft proposer option"),
+        (lambda: make_proposer("drafts", [1, 2]), "draft 0 must be a flat sequence"),
+        (lambda: make_proposer("both", length=0), "n-gram proposal length must be >= 1"),
+        (lambda: CombinedProposer([]), "at least one proposer"),
+        (lambda: CombinedProposer([NgramProposer(), 3]), "proposer 1 is not callable"),
+    ],
+)
 def test_bad_names_and_options(call, msg):
     with pytest.raises(SpecRagError, match=msg) as err:
         call()
@@ -176,9 +187,14 @@ tokens = st.integers(0, 3)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
-@given(ctx=st.lists(tokens, max_size=30), drafts=st.lists(st.lists(tokens, max_size=25), max_size=5),
-       max_match=st.integers(1, 6), min_match=st.integers(1, 3), length=st.integers(1, 5),
-       limit=st.integers(1, 6))
+@given(
+    ctx=st.lists(tokens, max_size=30),
+    drafts=st.lists(st.lists(tokens, max_size=25), max_size=5),
+    max_match=st.integers(1, 6),
+    min_match=st.integers(1, 3),
+    length=st.integers(1, 5),
+    limit=st.integers(1, 6),
+)
 def test_equals_brute_force(ctx, drafts, max_match, min_match, length, limit):
     min_match = min(min_match, max_match)
     prop = DraftProposer(drafts, max_match=max_match, min_match=min_match, length=length, max_proposals=limit)
@@ -192,15 +208,22 @@ def test_equals_brute_force(ctx, drafts, max_match, min_match, length, limit):
         k, end = match.length, match.end
         # The match is an occurrence of the context's k-suffix, and no longer suffix (within max_match) occurs.
         assert match.draft == d and min_match <= k <= min(max_match, len(ctx))
-        assert draft[end - k:end] == ctx[len(ctx) - k:]
-        assert all(ctx[len(ctx) - j:] != draft[i:i + j]
-                   for j in range(k + 1, min(max_match, len(ctx)) + 1) for i in range(len(draft) - j + 1))
+        assert draft[end - k : end] == ctx[len(ctx) - k :]
+        assert all(
+            ctx[len(ctx) - j :] != draft[i : i + j]
+            for j in range(k + 1, min(max_match, len(ctx)) + 1)
+            for i in range(len(draft) - j + 1)
+        )
     props = prop(ctx)
     assert props == brute_propose(ctx, drafts, max_match, min_match, length, limit)
     # Each proposal is the slice of a draft right after that draft's match.
     for p in props:
-        assert any(m is not None and list(drafts[m.draft][m.end:m.end + len(p)]) == p
-                   and len(p) == min(length, len(drafts[m.draft]) - m.end) for m in matches)
+        assert any(
+            m is not None
+            and list(drafts[m.draft][m.end : m.end + len(p)]) == p
+            and len(p) == min(length, len(drafts[m.draft]) - m.end)
+            for m in matches
+        )
     assert len(props) <= limit and len({tuple(p) for p in props}) == len(props)
 
 
@@ -212,5 +235,8 @@ def test_combined_is_ordered_union(ctx, drafts):
     for p in (q for part in parts for q in part(ctx)):
         if p not in expect:
             expect.append(p)
-    assert CombinedProposer(parts)(ctx) == expect == make_proposer("both", drafts, draft_options={"length": 3},
-                                                                   length=3)(ctx)
+    assert (
+        CombinedProposer(parts)(ctx)
+        == expect
+        == make_proposer("both", drafts, draft_options={"length": 3}, length=3)(ctx)
+    )

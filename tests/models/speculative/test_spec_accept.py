@@ -28,8 +28,7 @@ def node(tree: TokenTree, toks: tuple[int, ...]) -> int:
     """Chunk index of the node reached by ``toks`` from the root."""
     u = 0
     for t in toks:
-        u = next(c for c in range(1, tree.budget)
-                 if tree.valid[c] and tree.parents[c] == u and tree.tokens[c] == t)
+        u = next(c for c in range(1, tree.budget) if tree.valid[c] and tree.parents[c] == u and tree.tokens[c] == t)
     return u
 
 
@@ -45,12 +44,15 @@ greedy_jit = jax.jit(lambda lg, tr: accept_tree(lg, tr, 0.0, 0, 1.0, jax.random.
 sample_jit = jax.jit(lambda lg, tr, t, k, p, key: accept_tree(lg, tr, t, k, p, key, greedy_only=False))
 
 
-@pytest.mark.parametrize("argmax,path,emitted", [
-    ({(): 5, (5,): 6, (5, 6): 9, (5, 6, 9): 4}, [(5,), (5, 6), (5, 6, 9)], [5, 6, 9, 4]),  # to a leaf + bonus
-    ({(): 5, (5,): 6, (5, 6): 2, (5, 6, 7): 4}, [(5,), (5, 6)], [5, 6, 2]),  # no child matches: bonus
-    ({(): 8, (8,): 2, (8, 1): 1}, [(8,)], [8, 2]),
-    ({(): 7, (5,): 6, (3,): 3}, [], [7]),  # the root's argmax is no child: only the bonus
-])
+@pytest.mark.parametrize(
+    "argmax,path,emitted",
+    [
+        ({(): 5, (5,): 6, (5, 6): 9, (5, 6, 9): 4}, [(5,), (5, 6), (5, 6, 9)], [5, 6, 9, 4]),  # to a leaf + bonus
+        ({(): 5, (5,): 6, (5, 6): 2, (5, 6, 7): 4}, [(5,), (5, 6)], [5, 6, 2]),  # no child matches: bonus
+        ({(): 8, (8,): 2, (8, 1): 1}, [(8,)], [8, 2]),
+        ({(): 7, (5,): 6, (3,): 3}, [], [7]),  # the root's argmax is no child: only the bonus
+    ],
+)
 def test_greedy_hand_built(argmax, path, emitted):
     tree = build_tree(PROPS, root_token=42, budget=8)
     logits = greedy_logits(tree, argmax)
@@ -63,7 +65,7 @@ def test_greedy_hand_built(argmax, path, emitted):
         lsm = jax.nn.log_softmax(jnp.asarray(logits), axis=-1)
         want_lp = [float(lsm[r, t]) for r, t in zip(want_path, emitted)]
         np.testing.assert_allclose(np.asarray(res.logprobs)[: n + 1], want_lp, rtol=1e-6)
-        assert not np.asarray(res.logprobs)[n + 1:].any()
+        assert not np.asarray(res.logprobs)[n + 1 :].any()
 
 
 def test_greedy_emits_argmax_at_every_row():
@@ -131,8 +133,9 @@ def test_jitted_equals_reference(case):
 def test_batch_equals_one_by_one():
     rng = np.random.default_rng(7)
     s, b, vocab = 6, 16, 12
-    trees = [build_tree([list(rng.integers(0, 3, size=3)) for _ in range(3)], int(rng.integers(vocab)), b)
-             for _ in range(s)]
+    trees = [
+        build_tree([list(rng.integers(0, 3, size=3)) for _ in range(3)], int(rng.integers(vocab)), b) for _ in range(s)
+    ]
     logits = rng.normal(size=(s, b, vocab)).astype(np.float32) * 2.0
     temp = np.array([0.0, 1.0, 0.5, 1.0, 0.0, 2.0], np.float32)
     top_k = np.array([0, 0, 3, 0, 0, 2], np.int32)

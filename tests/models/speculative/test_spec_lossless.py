@@ -41,8 +41,9 @@ def _probs(case: dict, seqs: list[tuple[int, ...]]) -> np.ndarray:
     """Plain-sampling distributions after each token sequence [len(seqs), V] (float32)."""
     lg = jnp.asarray(np.stack([_logits(case["seed"], case["vocab"], case["scale"], s) for s in seqs]))
     r = len(seqs)
-    return np.asarray(target_probs(lg, jnp.full(r, case["temp"]), jnp.full(r, case["top_k"], jnp.int32),
-                                   jnp.full(r, case["top_p"])))
+    return np.asarray(
+        target_probs(lg, jnp.full(r, case["temp"]), jnp.full(r, case["top_k"], jnp.int32), jnp.full(r, case["top_p"]))
+    )
 
 
 def _proposals(case: dict, ctx: tuple[int, ...]) -> list[list[int]]:
@@ -62,8 +63,9 @@ def _proposals(case: dict, ctx: tuple[int, ...]) -> list[list[int]]:
 def _chain_tree(props: list[list[int]], root: int, budget: int) -> TokenTree:
     """Negative control: every proposal its own branch, duplicates NOT merged (duplicate siblings)."""
     tree = build_tree([], root, budget)
-    arrays = {f: np.array(getattr(tree, f)) for f in ("tokens", "parents", "depth", "valid", "first_child",
-                                                      "next_sibling")}
+    arrays = {
+        f: np.array(getattr(tree, f)) for f in ("tokens", "parents", "depth", "valid", "first_child", "next_sibling")
+    }
     i, last_root_child = 1, -1
     for prop in props:
         parent = 0
@@ -98,8 +100,7 @@ def tables(case: dict, layout: str = "trie") -> tuple[TokenTree, np.ndarray]:
         if layout == "distinct_chains":
             firsts = [p[0] for p in props]
             props = [p for i, p in enumerate(props) if firsts.index(p[0]) == i]
-        tree = (build_tree(props, root, case["budget"]) if layout == "trie"
-                else _chain_tree(props, root, case["budget"]))
+        tree = build_tree(props, root, case["budget"]) if layout == "trie" else _chain_tree(props, root, case["budget"])
         seqs = []
         for c in range(tree.budget):  # token sequence after which row c predicts
             path, u = [], c
@@ -163,12 +164,16 @@ def analyse(case: dict, samples: np.ndarray) -> dict:
     out["p_joint_12"] = _pvalue([chi2(joint.ravel(), n * joint_exp.ravel())])
     p3 = _probs(case, list(itertools.product(range(v), repeat=2))).astype(np.float64).reshape(v, v, v)
     c3 = np.bincount((t1 * v + t2) * v + t3, minlength=v**3).reshape(v, v, v)
-    out["p_third_given_12"] = _pvalue([chi2(c3[a, b], joint[a, b] * p3[a, b])
-                                       for a, b in zip(*np.nonzero(joint >= 20))])
+    out["p_third_given_12"] = _pvalue(
+        [chi2(c3[a, b], joint[a, b] * p3[a, b]) for a, b in zip(*np.nonzero(joint >= 20))]
+    )
     marginal3 = np.einsum("ab,abc->c", joint_exp, p3)
-    for name, obs, exp in (("tv_first", c1, p1), ("tv_second", np.bincount(t2, minlength=v), p1 @ p2),
-                           ("tv_third", np.bincount(t3, minlength=v), marginal3),
-                           ("tv_joint_12", joint, joint_exp)):
+    for name, obs, exp in (
+        ("tv_first", c1, p1),
+        ("tv_second", np.bincount(t2, minlength=v), p1 @ p2),
+        ("tv_third", np.bincount(t3, minlength=v), marginal3),
+        ("tv_joint_12", joint, joint_exp),
+    ):
         out[name] = 0.5 * float(np.abs(obs / n - exp).sum())
     # TV that sampling noise alone gives a multinomial of n draws: E|X/n - p| ~ sqrt(2 p (1 - p) / (pi n)).
     out["tv_joint_12_noise"] = 0.5 * float(np.sqrt(2 * joint_exp * (1 - joint_exp) / (np.pi * n)).sum())
@@ -178,8 +183,11 @@ def analyse(case: dict, samples: np.ndarray) -> dict:
 def passes(report: dict) -> bool:
     pvals = [v for k, v in report.items() if k.startswith("p_")]
     tvs = [report[k] for k in ("tv_first", "tv_second", "tv_third")]
-    return (all(p > P_PASS and outside == 0 for p, outside in pvals) and all(t < 3 / np.sqrt(N) for t in tvs)
-            and report["tv_joint_12"] < 1.5 * report["tv_joint_12_noise"])
+    return (
+        all(p > P_PASS and outside == 0 for p, outside in pvals)
+        and all(t < 3 / np.sqrt(N) for t in tvs)
+        and report["tv_joint_12"] < 1.5 * report["tv_joint_12_noise"]
+    )
 
 
 CASES = {

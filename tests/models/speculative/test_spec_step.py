@@ -62,8 +62,9 @@ def test_speculate_step_equals_logits_plus_reference_acceptance(tiny_runner, dat
     r = tiny_runner
     budget = 8
     prompts = [data.draw(st.lists(st.integers(3, 96), min_size=1, max_size=9)) for _ in range(2)]
-    proposals = [data.draw(st.lists(st.lists(st.integers(3, 12), min_size=1, max_size=4), max_size=4))
-                 for _ in range(2)]
+    proposals = [
+        data.draw(st.lists(st.lists(st.integers(3, 12), min_size=1, max_size=4), max_size=4)) for _ in range(2)
+    ]
     pages, trees, chunks = [], [], []
     for p, props in zip(prompts, proposals):
         pg = r.allocator.allocate(-(-(len(p) + budget) // r.page_size))
@@ -75,9 +76,21 @@ def test_speculate_step_equals_logits_plus_reference_acceptance(tiny_runner, dat
     try:
         want = []
         for i, (p, tree) in enumerate(zip(prompts, trees)):
-            logits = r.logits(r.pack([Chunk(pages[i], len(p), tree.tokens, parents=tree.parents,
-                                            positions=tree.positions(len(p)), write=False,
-                                            rows=list(range(budget)))]))
+            logits = r.logits(
+                r.pack(
+                    [
+                        Chunk(
+                            pages[i],
+                            len(p),
+                            tree.tokens,
+                            parents=tree.parents,
+                            positions=tree.positions(len(p)),
+                            write=False,
+                            rows=list(range(budget)),
+                        )
+                    ]
+                )
+            )
             key = jax.random.fold_in(jax.random.PRNGKey(7 + i), 3)
             want.append(accept_reference(logits, tree, temperature, 0, 1.0, key))
         width = 4 if data.draw(st.booleans()) else 2  # padded sequences accept nothing and change nothing

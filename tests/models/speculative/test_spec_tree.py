@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels.metadata import ancestor_mask
 from specrag_jax.models.speculative.tree import (
-    TREE_BUDGETS, TokenTree, build_tree, count_trie_nodes, fit_budget, stack_trees,
+    TREE_BUDGETS,
+    TokenTree,
+    build_tree,
+    count_trie_nodes,
+    fit_budget,
+    stack_trees,
 )
 
 
@@ -94,12 +99,15 @@ def test_bad_budget_is_one_line_error(bad):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("props,root,msg", [
-    ([[1, -2]], 0, r"proposed token must be in \[0, 50\) \(got -2\)"),
-    ([[1, 2.0]], 0, "must be an integer"),
-    ([[1, 99]], 0, r"proposed token must be in \[0, 50\)"),
-    ([[1]], 50, r"root token must be in \[0, 50\)"),
-])
+@pytest.mark.parametrize(
+    "props,root,msg",
+    [
+        ([[1, -2]], 0, r"proposed token must be in \[0, 50\) \(got -2\)"),
+        ([[1, 2.0]], 0, "must be an integer"),
+        ([[1, 99]], 0, r"proposed token must be in \[0, 50\)"),
+        ([[1]], 50, r"root token must be in \[0, 50\)"),
+    ],
+)
 def test_bad_tokens(props, root, msg):
     with pytest.raises(SpecRagError, match=msg):
         build_tree(props, root_token=root, budget=8, vocab_size=50)

@@ -38,8 +38,10 @@ def runner(model, **kw):
 def oracle_proposers(prompts, continuations, wrong=(1, 2, 3)):
     """Per prompt: the true continuation's next tokens (after a wrong branch, so the accepted path is not at
     chunk indices 1..n) plus a wrong branch."""
+
     def make(full):
-        return lambda ctx: [list(wrong), full[len(ctx): len(ctx) + 6], full[len(ctx): len(ctx) + 2] + [0]]
+        return lambda ctx: [list(wrong), full[len(ctx) : len(ctx) + 6], full[len(ctx) : len(ctx) + 2] + [0]]
+
     return [make(p + c) for p, c in zip(prompts, continuations)]
 
 
@@ -82,8 +84,9 @@ def test_phases_with_speculation_equal_plain_phases(model):
     phases = [Phase(8), Phase(10)]
     between = lambda p, row, res: (3, [40, 41])  # noqa: E731
     plain = Generator(r).generate_phases([5, 6], [[7, 8], [9]], phases, between)
-    spec = Generator(r, speculation=Speculation(NgramProposer(), 8)).generate_phases([5, 6], [[7, 8], [9]],
-                                                                                     phases, between)
+    spec = Generator(r, speculation=Speculation(NgramProposer(), 8)).generate_phases(
+        [5, 6], [[7, 8], [9]], phases, between
+    )
     assert [[x.token_ids for x in ph] for ph in spec] == [[x.token_ids for x in ph] for ph in plain]
     assert r.allocator.num_free == r.allocator.num_usable
 

@@ -60,8 +60,16 @@ def tiny(tmp_path_factory):
     sym = byte_symbols()
     bpe_tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>"] + sym + ["ĠĠ", "ab", "12"]
     template = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    bpe = write_gguf(root / "bpe.gguf", "llama", "gpt2", bpe_tokens, [3, 3, 3, 3] + [1] * 259,
-                     merges=["Ġ Ġ", "a b", "1 2"], pre="smollm", template=template)
+    bpe = write_gguf(
+        root / "bpe.gguf",
+        "llama",
+        "gpt2",
+        bpe_tokens,
+        [3, 3, 3, 3] + [1] * 259,
+        merges=["Ġ Ġ", "a b", "1 2"],
+        pre="smollm",
+        template=template,
+    )
     return {"spm": spm, "bpe": bpe, "root": root}
 
 
@@ -95,13 +103,19 @@ def test_tiny_sentencepiece(tiny):
 
 def test_gemma_fallback_chat_template(tiny):
     tok = load_tokenizer(str(tiny["spm"]))
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " Hi "},
-                {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Q?"}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": " Hi "},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Q?"},
+    ]
     assert tok.apply_chat_template(messages) == (
         "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n"
-        "<start_of_turn>user\nQ?<end_of_turn>\n<start_of_turn>model\n")
+        "<start_of_turn>user\nQ?<end_of_turn>\n<start_of_turn>model\n"
+    )
     assert tok.apply_chat_template(messages[1:2], add_generation_prompt=False) == (
-        "<bos><start_of_turn>user\nHi<end_of_turn>\n")
+        "<bos><start_of_turn>user\nHi<end_of_turn>\n"
+    )
     with pytest.raises(SpecRagError, match="alternate"):
         tok.apply_chat_template([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
 
@@ -124,8 +138,12 @@ def test_hf_folders(tiny, tmp_path):
     (tmp_path / "bpe").mkdir()
     bpe_tok.backend.save(str(tmp_path / "bpe" / "tokenizer.json"))
     added = {str(i): {"content": t, "special": True} for t, i in bpe_tok.special_tokens.items()}
-    config = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "chat_template": "{{ messages[0]['content'] }}",
-              "added_tokens_decoder": added}
+    config = {
+        "bos_token": "<|im_start|>",
+        "eos_token": "<|im_end|>",
+        "chat_template": "{{ messages[0]['content'] }}",
+        "added_tokens_decoder": added,
+    }
     (tmp_path / "bpe" / "tokenizer_config.json").write_text(json.dumps(config))
     hf_spm, hf_bpe = load_tokenizer(str(tmp_path / "spm")), load_tokenizer(str(tmp_path / "bpe"))
     assert hf_spm.encode("<start_of_turn>ab abc\n") == spm_tok.encode("<start_of_turn>ab abc\n")
@@ -159,13 +177,32 @@ PROSE = (
     "one pass. It's cheaper than it sounds -- the verifier doesn't generate; it only scores the drafts' tokens."
 )
 TRICKY = [
-    "", " ", "Hello world", "  leading spaces", "trailing spaces   ", " both ",
-    "naïve café résumé Ångström", "e\u0301 a\u0308 n\u0303 (combining marks)", "日本語のテキスト、中文，한국어",
-    "مرحبا بالعالم", "emoji 😀👍🏽 family 👨‍👩‍👧‍👦 flag 🏳️‍🌈 🇺🇸", "a\tb\t\tc", "line\nbreak\n\n\nthree\r\nwin",
-    "spaces:  two   three    four", "a" + " " * 31 + "b", "12345678901", "pi is 3.14159, 1,000,000 and 2024-01-01",
-    "x  ² Ⅻ ½ ١٢٣ ১৯৭১", "I'm sure they'll say it's fine", "<start_of_turn>user\nhi<end_of_turn>",
-    "<|im_start|>user\nhi<|im_end|>", "<bos>text<eos>", "<table><tr><td>cell</td></tr></table>",
-    "▁literal U+2581", "\x00\x7f\u200b\ufeff", PROSE,
+    "",
+    " ",
+    "Hello world",
+    "  leading spaces",
+    "trailing spaces   ",
+    " both ",
+    "naïve café résumé Ångström",
+    "e\u0301 a\u0308 n\u0303 (combining marks)",
+    "日本語のテキスト、中文，한국어",
+    "مرحبا بالعالم",
+    "emoji 😀👍🏽 family 👨‍👩‍👧‍👦 flag 🏳️‍🌈 🇺🇸",
+    "a\tb\t\tc",
+    "line\nbreak\n\n\nthree\r\nwin",
+    "spaces:  two   three    four",
+    "a" + " " * 31 + "b",
+    "12345678901",
+    "pi is 3.14159, 1,000,000 and 2024-01-01",
+    "x  ² Ⅻ ½ ١٢٣ ১৯৭১",
+    "I'm sure they'll say it's fine",
+    "<start_of_turn>user\nhi<end_of_turn>",
+    "<|im_start|>user\nhi<|im_end|>",
+    "<bos>text<eos>",
+    "<table><tr><td>cell</td></tr></table>",
+    "▁literal U+2581",
+    "\x00\x7f\u200b\ufeff",
+    PROSE,
 ]
 
 
@@ -196,9 +233,12 @@ def smollm():
     # [a, ĠĠ, 1], transformers [a, Ġ, Ġ, 1]), so the reference is transformers' vocabulary, merges and added
     # tokens with the real pre-tokenizer restored; test_documented_divergences pins the difference.
     reference = Tokenizer.from_str(hf.backend_tokenizer.to_str())
-    reference.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
+    reference.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+        ]
+    )
     # SmolLM2's vocabulary lacks 21 byte symbols (six ASCII control characters such as \x1d, and the lead
     # bytes 0xF1/0xF2 of planes 4-11), so BPE, having no unk token, drops those bytes, in transformers as here;
     # a round trip loses exactly them (the continuation bytes left behind decode as U+FFFD).
@@ -258,8 +298,10 @@ def test_documented_divergences(gemma, smollm):
 
 
 def random_text(specials: list[str]):
-    piece = st.one_of(st.text(st.characters(exclude_categories=("Cs",)), max_size=40),
-                      st.sampled_from([*specials, "  ", "\n\n", "\t", "12345", "👩‍💻", "e\u0301", " 7"]))
+    piece = st.one_of(
+        st.text(st.characters(exclude_categories=("Cs",)), max_size=40),
+        st.sampled_from([*specials, "  ", "\n\n", "\t", "12345", "👩‍💻", "e\u0301", " 7"]),
+    )
     return st.lists(piece, max_size=6).map("".join)
 
 

@@ -25,8 +25,12 @@ def qwen():
     # restored; test_nfc_divergence pins the difference.
     reference = Tokenizer.from_str(hf.backend_tokenizer.to_str())
     reference.normalizer = normalizers.NFC()
-    return (ours, hf, lambda text: reference.encode(text, add_special_tokens=False).ids,
-            lambda text: unicodedata.normalize("NFC", text))
+    return (
+        ours,
+        hf,
+        lambda text: reference.encode(text, add_special_tokens=False).ids,
+        lambda text: unicodedata.normalize("NFC", text),
+    )
 
 
 @pytest.mark.parametrize("text", TRICKY)

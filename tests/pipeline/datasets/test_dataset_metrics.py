@@ -16,14 +16,27 @@ from specrag_jax.pipeline.datasets.metrics import contains_answer
 from specrag_jax.pipeline.evaluation import is_correct, load_questions
 
 MINI = Path(__file__).resolve().parents[1] / "data" / "mini_eval.jsonl"
-CHOICES = [{"label": "A", "text": "oxygen"}, {"label": "B", "text": "carbon dioxide"},
-           {"label": "C", "text": "helium"}, {"label": "D", "text": "neon"}]
+CHOICES = [
+    {"label": "A", "text": "oxygen"},
+    {"label": "B", "text": "carbon dioxide"},
+    {"label": "C", "text": "helium"},
+    {"label": "D", "text": "neon"},
+]
 
 
-@pytest.mark.parametrize("answer, gold", [
-    ("Paris", ["Paris"]), ("it is paris, France", ["paris"]), ("Lyon", ["Paris"]), ("", ["Paris"]),
-    ("anything", ["", "  "]), ("The year 1961.", [1961]), ("PARIS", [" paris "]), ("x", []),
-])
+@pytest.mark.parametrize(
+    "answer, gold",
+    [
+        ("Paris", ["Paris"]),
+        ("it is paris, France", ["paris"]),
+        ("Lyon", ["Paris"]),
+        ("", ["Paris"]),
+        ("anything", ["", "  "]),
+        ("The year 1961.", [1961]),
+        ("PARIS", [" paris "]),
+        ("x", []),
+    ],
+)
 def test_open_tasks_score_exactly_like_is_correct(answer, gold):
     expected = is_correct(answer, gold)
     assert contains_answer(answer, gold) == expected
@@ -38,23 +51,52 @@ def test_retrievalqa_rows_score_like_is_correct():
             assert score_answer(row, answer) == is_correct(answer, row["ground_truth"])
 
 
-@pytest.mark.parametrize("answer, ok", [
-    ("B", True), ("b", True), (" (B) ", True), ("B.", True), ("B)", True), ("B) carbon dioxide", True),
-    ("(B) Carbon  dioxide.", True), ("B: carbon dioxide", True), ("carbon dioxide", True), ("Carbon Dioxide.", True),
-    ("The answer is B", True), ("Answer: carbon dioxide", True),
-    ("A", False), ("C) helium", False), ("B) helium", False), ("oxygen", False), ("Bees", False),
-    ("carbon dioxide and oxygen", False), ("", False), ("A or B", False),
-])
+@pytest.mark.parametrize(
+    "answer, ok",
+    [
+        ("B", True),
+        ("b", True),
+        (" (B) ", True),
+        ("B.", True),
+        ("B)", True),
+        ("B) carbon dioxide", True),
+        ("(B) Carbon  dioxide.", True),
+        ("B: carbon dioxide", True),
+        ("carbon dioxide", True),
+        ("Carbon Dioxide.", True),
+        ("The answer is B", True),
+        ("Answer: carbon dioxide", True),
+        ("A", False),
+        ("C) helium", False),
+        ("B) helium", False),
+        ("oxygen", False),
+        ("Bees", False),
+        ("carbon dioxide and oxygen", False),
+        ("", False),
+        ("A or B", False),
+    ],
+)
 def test_arc_scores_the_exact_label_or_choice_text(answer, ok):
     row = {"task": "arc_c", "ground_truth": ["B"], "choices": CHOICES}
     assert score_answer(row, answer) is ok
 
 
-@pytest.mark.parametrize("answer, gold, ok", [
-    ("true", "true", True), (" True. ", "true", True), ("TRUE", "true", True), ("SUPPORTS", "true", True),
-    ("false", "false", True), ("REFUTES", "false", True), ("False", "true", False), ("true", "false", False),
-    ("true or false", "true", False), ("It is true", "true", False), ("", "false", False),
-])
+@pytest.mark.parametrize(
+    "answer, gold, ok",
+    [
+        ("true", "true", True),
+        (" True. ", "true", True),
+        ("TRUE", "true", True),
+        ("SUPPORTS", "true", True),
+        ("false", "false", True),
+        ("REFUTES", "false", True),
+        ("False", "true", False),
+        ("true", "false", False),
+        ("true or false", "true", False),
+        ("It is true", "true", False),
+        ("", "false", False),
+    ],
+)
 def test_pubhealth_scores_true_false(answer, gold, ok):
     assert score_answer({"task": "pubhealth", "ground_truth": [gold]}, answer) is ok
 
@@ -100,11 +142,24 @@ def test_eval_config_records_format_task_and_task_defaults(capsys, tmp_path, stu
     assert stub_eval["rows"] == load_questions(MINI)
 
     path = tmp_path / "musique.jsonl"
-    path.write_text(json.dumps({"id": "2hop__1", "question": "Who?", "answer": "Ada",
-                                "paragraphs": [{"title": "T", "paragraph_text": "Ada did.", "is_supporting": True}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "id": "2hop__1",
+                "question": "Who?",
+                "answer": "Ada",
+                "paragraphs": [{"title": "T", "paragraph_text": "Ada did.", "is_supporting": True}],
+            }
+        )
+    )
     config = _run(capsys, "--data", str(path))
     assert (config["format"], config["task"], config["n_docs"], config["m"], config["k"]) == (
-        "musique", "musique", 15, 10, 6)
+        "musique",
+        "musique",
+        15,
+        10,
+        6,
+    )
     assert stub_eval["rows"][0]["context"] == [{"title": "T", "text": "Ada did."}]
     config = _run(capsys, "--data", str(path), "--format", "musique", "--m", "3", "--n-docs", "4")
     assert (config["n_docs"], config["m"], config["k"]) == (4, 3, 6)
@@ -116,8 +171,10 @@ def test_eval_config_records_format_task_and_task_defaults(capsys, tmp_path, stu
 
 def test_eval_bad_rows_are_one_line_errors(capsys, tmp_path, stub_eval):
     path = tmp_path / "arc.jsonl"
-    path.write_text(json.dumps({"question": "Which?", "answerKey": "E",
-                                "choices": {"label": ["A", "B"], "text": ["x", "y"]}}) + "\n")
+    path.write_text(
+        json.dumps({"question": "Which?", "answerKey": "E", "choices": {"label": ["A", "B"], "text": ["x", "y"]}})
+        + "\n"
+    )
     assert main(["eval", "--data", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{path}, line 1: 'answerKey' must be one of the choices' labels" in err[0]

@@ -28,16 +28,22 @@ def dev_rows() -> list[dict]:
 
 def _view(row: dict) -> tuple:
     """What the engine sees of a row: question, gold answers, passages as (title, text)."""
-    return (row["question"], list(row["ground_truth"]),
-            [(d["title"], d["text"]) for d in docs_from_context(row["context"])])
+    return (
+        row["question"],
+        list(row["ground_truth"]),
+        [(d["title"], d["text"]) for d in docs_from_context(row["context"])],
+    )
 
 
-@pytest.mark.parametrize("writer, fmt, task, array", [
-    (write_selfrag, "selfrag", "triviaqa", False),
-    (write_selfrag, "selfrag", "triviaqa", True),
-    (write_musique, "musique", "musique", False),
-    (write_musique, "musique", "musique", True),
-])
+@pytest.mark.parametrize(
+    "writer, fmt, task, array",
+    [
+        (write_selfrag, "selfrag", "triviaqa", False),
+        (write_selfrag, "selfrag", "triviaqa", True),
+        (write_musique, "musique", "musique", False),
+        (write_musique, "musique", "musique", True),
+    ],
+)
 def test_converted_rows_read_back_equal(tmp_path, dev_rows, writer, fmt, task, array):
     path = tmp_path / ("rows.json" if array else "rows.jsonl")
     writer(dev_rows, path, array=array)
@@ -53,7 +59,9 @@ def test_convert_script(tmp_path, capsys):
     out = tmp_path / "dev_musique.jsonl"
     assert convert_main(["--data", str(DEV), "--to", "musique", "--out", str(out), "--limit", "3"]) == 0
     assert [_view(r) for r in load_rows(out).rows] == [_view(r) for r in load_rows(DEV, limit=3).rows]
-    assert convert_main(["--data", str(DEV), "--to", "selfrag", "--out", str(out), "--limit", "3", "--every", "34"]) == 0
+    assert (
+        convert_main(["--data", str(DEV), "--to", "selfrag", "--out", str(out), "--limit", "3", "--every", "34"]) == 0
+    )
     assert [_view(r) for r in load_rows(out).rows] == [_view(r) for r in load_rows(DEV).rows[::34][:3]]
     with pytest.raises(SystemExit):
         convert_main(["--data", str(DEV), "--to", "selfrag", "--out", str(out), "--every", "0"])
