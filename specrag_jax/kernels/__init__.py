@@ -19,7 +19,7 @@ from specrag_jax.kernels.page_pool import (
 )
 from specrag_jax.kernels.reference import paged_tree_attention_reference
 
-ATTENTION_IMPLS = ("reference", "pallas")
+ATTENTION_IMPLS = ("reference", "pallas", "dense")
 
 
 def paged_attention(
@@ -44,9 +44,15 @@ def paged_attention(
     (``decode_blocked.py``), long single-sequence steps in query blocks (``blocked.py``; both the reference's
     result at a lower cost), the rest ``paged_tree_attention_reference``. impl "pallas": the paged
     decode kernel when ``decode`` (every sequence's chunk is one token), else the tree kernel (``plan``: its
-    prebuilt work lists, optional).
+    prebuilt work lists, optional). impl "dense": ``paged_tree_attention_reference`` itself, the whole page
+    bucket at once: differentiable in reverse mode (the blocked paths loop to a traced bound, which ``jax.grad``
+    cannot reverse), so training's objective uses it.
     On a CPU host the Pallas kernels run in interpret mode (slow; for tests).
     """
+    if impl == "dense":
+        return paged_tree_attention_reference(
+            q, k_new, v_new, k_pool, v_pool, meta, scale=scale, window=window, softcap=softcap, tree=tree
+        )
     if impl == "reference":
         if decode:
             return paged_decode_attention_blocked(

@@ -50,8 +50,9 @@ def hidden_states(
     max_segments: int,
     dtype=jnp.float32,
 ) -> jax.Array:
-    """Final-normed hidden states ``[rows, L, hidden]`` of a batch (per-layer params, reference attention)."""
-    decoder = Decoder(cfg, jnp.dtype(dtype), "reference", False, False)
+    """Final-normed hidden states ``[rows, L, hidden]`` of a batch (per-layer params, dense attention: the one
+    ``jax.grad`` can reverse)."""
+    decoder = Decoder(cfg, jnp.dtype(dtype), "dense", False, False)
     pool = make_pool(cfg.num_layers, 2, 1, cfg.num_kv_heads, cfg.head_dim, jnp.dtype(dtype))
 
     def one_row(tok, seg, pos):

@@ -95,7 +95,7 @@ class Decoder(nn.Module):
             x = x * jnp.asarray(cfg.hidden_size**0.5, self.dtype)
         windows, thetas = cfg.layer_windows(), cfg.layer_rope_thetas()
         plans = {}  # per-step attention preprocessing, built once and shared by the layers
-        if self.tree and self.attention_impl == "reference":
+        if self.tree and self.attention_impl in ("reference", "dense"):
             meta = meta.with_ancestors()
         elif self.attention_impl == "pallas" and not self.decode:
             from specrag_jax.kernels.pallas_tree import tree_plan_for

@@ -278,7 +278,8 @@ class ModelRunner:
     def _run(self, kind: str, *args, **statics):
         """One step: the shared jitted function, or (with a placement) this runner's sharded compilation."""
         if self.placement is None:
-            exported = self._exported_steps() if statics.get("impl") == "reference" else None  # no custom calls
+            no_custom_calls = statics.get("impl") in ("reference", "dense")
+            exported = self._exported_steps() if no_custom_calls else None
             if exported is not None:
                 body, _, n_out = _BODIES_UNSHARDED[kind]
                 out = exported.call(kind, body, n_out, statics, self.params, self.pool, args)
