@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -28,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import loadavg, run_header, write_results  # noqa: E402
 from specrag_jax.kernels import AttentionMetadata, paged_attention, paged_tree_attention_reference  # noqa: E402
-from specrag_jax.machine_peaks import measure_peaks  # noqa: E402
+from specrag_jax.machine_peaks import best_time, measure_peaks  # noqa: E402
 
 HEADS = {"smollm2": (9, 3, 64), "qwen2.5-1.5b": (12, 2, 128)}  # (q heads, kv heads, head_dim)
 PAGE = 16
@@ -66,13 +65,9 @@ def build_case(heads, per_seq: int, lens: list[int], bucket_pages: int, rng):
 
 
 def best_ms(fn, args, repeats: int) -> float:
+    """Fastest call of ``fn(*args)`` in milliseconds, after one call that compiles it."""
     jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return 1e3 * min(times)
+    return 1e3 * best_time(lambda: jax.block_until_ready(fn(*args)), repeats)
 
 
 def main() -> None:

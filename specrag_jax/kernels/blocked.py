@@ -23,13 +23,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from specrag_jax.kernels.key_blocks import KEY_BLOCK, key_blocks, online_update, visible_keys
 from specrag_jax.kernels.metadata import AttentionMetadata, ancestor_mask
 from specrag_jax.kernels.reference import MASKED_SCORE, prefix_gather_mode, softcap_scores
 
 # Query rows per block. On the 2-core EPYC, Qwen2.5 heads, causal 2048 tokens: reference 876-1330 ms per layer,
 # blocks of 128/256/512 rows 550-940 ms (noisy, shared machine); 512 compiles fastest (fewest unrolled blocks).
 DEFAULT_BLOCK = 512
-KEY_BLOCK = 128  # cached keys per loop step (Qwen2.5 heads, 512 queries over 3,584 keys: 128 92 ms, 256 117, 512 162)
 
 
 def _prefix_scores(qh, k, mode: str, token_seq, s_count: int):
@@ -81,16 +81,11 @@ def paged_tree_attention_blocked(
     window = jnp.asarray(window, jnp.int32)
     pos = meta.positions
     valid = meta.token_valid
-    ppb = max(1, key_block // page_size)  # pages per key block
-    blk = ppb * page_size
-    # Whole blocks only: a dynamic slice running past the table's end would be shifted back.
-    tables = jnp.pad(meta.page_table, ((0, 0), (0, -meta.page_table.shape[1] % ppb)))
+    tables = meta.page_table
     if mode == "per_token" and s_count > 1:
         tables = tables[meta.token_seq]  # [T, P]: each token reads its own sequence's pages
     lens = meta.kv_lens[meta.token_seq]  # [T] cached keys each token may see
-    first_key = jnp.where(window > 0, jnp.maximum(pos - window + 1, 0), 0)
-    lo = jnp.min(jnp.where(valid, first_key, jnp.iinfo(jnp.int32).max)) // blk
-    hi = jnp.maximum((jnp.max(jnp.where(valid, lens, 0)) + blk - 1) // blk, lo)
+    plan = key_blocks(tables, page_size, lens, pos, valid, window, key_block)
     k_chk, v_chk = k_new.astype(f32), v_new.astype(f32)
     related_all = None
     if tree:
@@ -113,24 +108,18 @@ def paged_tree_attention_blocked(
         seq_rows = meta.token_seq[rows]  # several sequences: all rows (one query block)
 
         def key_step(b, carry, qb=qb, pb=pb, lb=lb, seq_rows=seq_rows):
-            m, denom, acc = carry
-            pages = lax.dynamic_slice_in_dim(tables, b * ppb, ppb, axis=1)
-            k = k_pool[pages].astype(f32)  # [rows, ppb, page_size, Hkv, D]
+            pages = lax.dynamic_slice_in_dim(plan.tables, b * plan.pages, plan.pages, axis=1)
+            k = k_pool[pages].astype(f32)  # [rows, pages, page_size, Hkv, D]
             v = v_pool[pages].astype(f32)
-            k = k.reshape(*k.shape[:-4], blk, hkv, d)
-            v = v.reshape(*v.shape[:-4], blk, hkv, d)
+            k = k.reshape(*k.shape[:-4], plan.size, hkv, d)
+            v = v.reshape(*v.shape[:-4], plan.size, hkv, d)
             if s_count == 1:
                 k, v = k[0], v[0]
             s = softcap_scores(_prefix_scores(qb, k, mode, seq_rows, s_count), softcap)
-            key = b * blk + jnp.arange(blk)
-            vis = (key[None, :] < lb[:, None]) & ((window <= 0) | (pb[:, None] - key[None, :] < window))
-            s = jnp.where(vis, s, MASKED_SCORE)
-            m_new = jnp.maximum(m, s.max(-1))
-            p = jnp.exp(s - m_new[..., None])
-            c = jnp.exp(m - m_new)
-            return m_new, denom * c + p.sum(-1), acc * c[..., None] + _prefix_values(p, v, mode, seq_rows, s_count)
+            s = jnp.where(visible_keys(b, plan.size, lb, pb, window), s, MASKED_SCORE)
+            return online_update(carry, s, lambda p: _prefix_values(p, v, mode, seq_rows, s_count))
 
-        _, denom, acc = lax.fori_loop(lo, hi, key_step, init)
+        _, denom, acc = lax.fori_loop(plan.lo, plan.hi, key_step, init)
         outs.append(acc / denom[..., None])
     out = jnp.concatenate(outs, axis=2).transpose(2, 0, 1, 3)  # [T, Hkv, G, D]
     out = jnp.where(valid[:, None, None, None], out, 0.0)  # padding rows -> 0

@@ -4,7 +4,7 @@ In a decode step each valid token is its sequence's only new token (parent -1): 
 its prefix is its own sequence's pages. The general reference gathers the whole page-table bucket at once
 (up to twice the longest sequence: the page buckets are powers of two), materialises the gathered keys and
 values in memory and transposes them for head-major einsums. Here the keys are read in blocks of about
-``BLOCK_TOKENS`` (a few pages) with an online softmax (flash-decoding) in a ``fori_loop`` whose trip count
+``key_blocks.KEY_BLOCK`` (a few pages) with an online softmax (flash-decoding) in a ``fori_loop`` whose trip count
 is the longest valid sequence's block count (and, under a sliding window, starts at the window's first
 block): a block's gathered K/V stays in cache, the bucket's empty tail is never read, and the queries stay
 token-major so every einsum batches over the gathered keys' leading (token, head) axes as they lie.
@@ -21,10 +21,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from specrag_jax.kernels.key_blocks import KEY_BLOCK, key_blocks, online_update, visible_keys
 from specrag_jax.kernels.metadata import AttentionMetadata
 from specrag_jax.kernels.reference import MASKED_SCORE, softcap_scores
-
-BLOCK_TOKENS = 128  # keys per loop step: 8 pages of 16 (measured best of 64-512 tokens, SmolLM2 heads)
 
 
 def paged_decode_attention_blocked(
@@ -38,7 +37,7 @@ def paged_decode_attention_blocked(
     scale: float,
     window: jax.Array | int = 0,
     softcap: float | None = None,
-    block_tokens: int = BLOCK_TOKENS,
+    block_tokens: int = KEY_BLOCK,
 ) -> jax.Array:
     """Attention of one query token per sequence over its cached prefix and itself.
 
@@ -51,39 +50,27 @@ def paged_decode_attention_blocked(
     k_pool, v_pool = jnp.asarray(k_pool), jnp.asarray(v_pool)  # indexed by the loop's traced block
     g = hq // hkv
     f32 = jnp.float32
-    ppb = max(1, block_tokens // page_size)  # pages per block
-    blk = ppb * page_size
-    tables = meta.page_table[meta.token_seq]  # [T, P]: each token reads its own sequence's pages
-    pad = -tables.shape[1] % ppb  # whole blocks only (a dynamic slice past the end would be shifted back)
-    tables = jnp.pad(tables, ((0, 0), (0, pad)))
-    lens = jnp.where(meta.token_valid, meta.kv_lens[meta.token_seq], 0)
+    lens = meta.kv_lens[meta.token_seq]
     pos = meta.positions
     window = jnp.asarray(window, jnp.int32)
     qh = q.reshape(t, hkv, g, d).astype(f32) * scale  # [T, Hkv, G, D]
-    first_key = jnp.where(window > 0, jnp.maximum(pos - window + 1, 0), 0)  # the window's first visible key
-    lo = jnp.min(jnp.where(meta.token_valid, first_key, jnp.iinfo(jnp.int32).max)) // blk
-    hi = (jnp.max(lens) + blk - 1) // blk
+    # each token reads its own sequence's pages
+    plan = key_blocks(meta.page_table[meta.token_seq], page_size, lens, pos, meta.token_valid, window, block_tokens)
 
     def block(b, carry):
-        m, denom, acc = carry
-        pages = lax.dynamic_slice_in_dim(tables, b * ppb, ppb, axis=1)  # [T, ppb]
-        k = k_pool[pages].reshape(t, blk, hkv, d).astype(f32)
-        v = v_pool[pages].reshape(t, blk, hkv, d).astype(f32)
-        key = b * blk + jnp.arange(blk)
-        visible = (key[None, :] < lens[:, None]) & ((window <= 0) | (pos[:, None] - key[None, :] < window))
+        pages = lax.dynamic_slice_in_dim(plan.tables, b * plan.pages, plan.pages, axis=1)  # [T, pages]
+        k = k_pool[pages].reshape(t, plan.size, hkv, d).astype(f32)
+        v = v_pool[pages].reshape(t, plan.size, hkv, d).astype(f32)
         s = softcap_scores(jnp.einsum("tkgd,tjkd->tkgj", qh, k), softcap)
-        s = jnp.where(visible[:, None, None, :], s, MASKED_SCORE)
-        m_new = jnp.maximum(m, s.max(-1))
-        p = jnp.exp(s - m_new[..., None])
-        c = jnp.exp(m - m_new)
-        return m_new, denom * c + p.sum(-1), acc * c[..., None] + jnp.einsum("tkgj,tjkd->tkgd", p, v)
+        s = jnp.where(visible_keys(b, plan.size, lens, pos, window)[:, None, None, :], s, MASKED_SCORE)
+        return online_update(carry, s, lambda p: jnp.einsum("tkgj,tjkd->tkgd", p, v))
 
     # The token's own key starts the softmax (always visible to itself), so the running max is finite.
     s_self = softcap_scores(jnp.einsum("tkgd,tkd->tkg", qh, k_new.astype(f32)), softcap)
     init = (s_self, jnp.ones_like(s_self), jnp.broadcast_to(v_new.astype(f32)[:, :, None, :], (t, hkv, g, d)))
-    _, denom, acc = lax.fori_loop(lo, jnp.maximum(hi, lo), block, init)
+    _, denom, acc = lax.fori_loop(plan.lo, plan.hi, block, init)
     out = jnp.where(meta.token_valid[:, None, None, None], acc / denom[..., None], 0.0)  # padding rows -> 0
     return out.reshape(t, hq, d).astype(q.dtype)
 
 
-__all__ = ["BLOCK_TOKENS", "paged_decode_attention_blocked"]
+__all__ = ["paged_decode_attention_blocked"]
