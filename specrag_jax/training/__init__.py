@@ -1,49 +1,52 @@
 """Drafter fine-tuning (DESIGN.md 5.3): LoRA or full, optax AdamW, packed length buckets, orbax checkpoints.
 
 Modules: ``data`` (the prompt/target JSON-lines format and its checks), ``batching`` (buckets + packing),
-``lora`` (adapters applied on the fly; ``merge_lora`` for inference), ``objective`` (forward on the reference
-attention path, target-only cross-entropy), ``step`` (optimizer, jitted donated steps), ``sharding``
+``lora`` (adapters applied on the fly; ``merge_lora`` for inference), ``objective`` (forward on the dense
+reference attention, target-only cross-entropy), ``step`` (optimizer, jitted donated steps), ``sharding``
 (placements), ``checkpoint`` (orbax, base-model fingerprint), ``loop`` (the run), ``cli`` (``specrag train``),
 ``lora_merge`` (a trained adapter merged into the base weights at load).
 Public names are re-exported here lazily, so ``specrag`` starts without importing optax or orbax.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+from specrag_jax.lazy_exports import lazy_exports
 
 _EXPORTS = {
-    "Example": "data",
-    "LoadedData": "data",
-    "load_examples": "data",
-    "build_examples": "data",
-    "split_holdout": "data",
-    "Batch": "batching",
-    "BatchPlan": "batching",
-    "BatchStream": "batching",
-    "bucket_lengths": "batching",
-    "LoraConfig": "lora",
-    "init_lora": "lora",
-    "lora_applied": "lora",
-    "merge_lora": "lora",
-    "OptimConfig": "step",
-    "TrainState": "step",
-    "make_optimizer": "step",
-    "make_steps": "step",
-    "TrainConfig": "config",
-    "TrainCheckpoints": "checkpoint",
-    "base_fingerprint": "checkpoint",
-    "check_base": "checkpoint",
-    "TrainResult": "loop",
-    "train": "loop",
-    "load_adapter": "lora_merge",
+    "data": (
+        "Example",
+        "LoadedData",
+        "load_examples",
+        "build_examples",
+        "split_holdout",
+    ),
+    "batching": (
+        "Batch",
+        "BatchPlan",
+        "BatchStream",
+        "bucket_lengths",
+    ),
+    "lora": (
+        "LoraConfig",
+        "init_lora",
+        "lora_applied",
+        "merge_lora",
+    ),
+    "step": (
+        "OptimConfig",
+        "TrainState",
+        "make_optimizer",
+        "make_steps",
+    ),
+    "config": ("TrainConfig",),
+    "checkpoint": (
+        "TrainCheckpoints",
+        "base_fingerprint",
+        "check_base",
+    ),
+    "loop": (
+        "TrainResult",
+        "train",
+    ),
+    "lora_merge": ("load_adapter",),
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
