@@ -5,6 +5,8 @@ of ``--repeats``, after a compile) the reference (``paged_tree_attention_referen
 bucket gathered at once) and the path ``paged_attention`` dispatches to on a CPU (``kernels/decode_blocked.py``
 for decode steps, ``kernels/blocked.py`` otherwise: cached keys in blocks up to the longest valid prefix).
 Both run in this one process, so the ratio is what the change buys here; outputs agree to float32 rounding.
+Two cases are trees in one step (a question, then branches off it): clustering's documents and evidence
+verification's drafts with their passages, where a query block reads only the key blocks of its own branches.
 The bound is the larger of reading the visible cached K/V once at this machine's measured bandwidth and the
 score and value matmuls over the visible query-key pairs (4 x q heads x head_dim FLOPs each) at its measured
 matmul rate.
@@ -40,6 +42,11 @@ CASES = [
     ("standard prefill, 512 queries, 3,584 cached (4k prompt's last chunk)", "qwen2.5-1.5b", 512, [3584], 256),
     ("standard decode, 1 sequence x 4,000 cached", "qwen2.5-1.5b", 1, [4000], 256),
 ]
+# (name, heads, cached prefix, question tokens, branch lengths, page-table bucket): one sequence, a tree step
+TREE_CASES = [
+    ("clustering: question + 40 documents x 96 tokens, one tree", "smollm2", 0, 16, [96] * 40, 256),
+    ("evidence verification: 5 drafts x 352 tokens off a 64-token prefix", "qwen2.5-1.5b", 64, 0, [352] * 5, 128),
+]
 
 
 def build_case(heads, per_seq: int, lens: list[int], bucket_pages: int, rng):
@@ -64,6 +71,34 @@ def build_case(heads, per_seq: int, lens: list[int], bucket_pages: int, rng):
     return (q, k_new, v_new, k_pool, v_pool, meta), per_seq == 1
 
 
+def build_tree_case(heads, cached: int, question: int, branches: list[int], bucket_pages: int, rng):
+    """One sequence: ``cached`` keys in pages, then a step of ``question`` chain tokens and branches off its last
+    token (off the prefix when there is no question). Returns the arguments and the visible pairs per token."""
+    hq, hkv, d = heads
+    parents, depth = list(range(-1, question - 1)), list(range(question))
+    for n in branches:
+        start = len(parents)
+        parents += [question - 1] + list(range(start, start + n - 1))
+        depth += list(range(question, question + n))
+    t = len(parents)
+    n_pages = 1 + bucket_pages
+    k_pool = jnp.asarray(rng.standard_normal((n_pages, PAGE, hkv, d)), jnp.float32)
+    v_pool = jnp.asarray(rng.standard_normal((n_pages, PAGE, hkv, d)), jnp.float32)
+    q = jnp.asarray(rng.standard_normal((t, hq, d)), jnp.float32)
+    k_new = jnp.asarray(rng.standard_normal((t, hkv, d)), jnp.float32)
+    v_new = jnp.asarray(rng.standard_normal((t, hkv, d)), jnp.float32)
+    meta = AttentionMetadata(
+        np.zeros(t, np.int32),
+        cached + np.asarray(depth, np.int32),
+        np.asarray(parents, np.int32),
+        np.ones(t, bool),
+        np.full(t, n_pages * PAGE, np.int32),
+        (1 + np.arange(bucket_pages, dtype=np.int32))[None],
+        np.asarray([cached], np.int32),
+    )
+    return (q, k_new, v_new, k_pool, v_pool, meta), sum(cached + x + 1 for x in depth)
+
+
 def best_ms(fn, args, repeats: int) -> float:
     """Fastest call of ``fn(*args)`` in milliseconds, after one call that compiles it."""
     jax.block_until_ready(fn(*args))
@@ -78,15 +113,21 @@ def main() -> None:
     peaks = measure_peaks()
     rng = np.random.default_rng(0)
     rows = []
+    cases = []
     for name, model, per_seq, lens, bucket_pages in CASES:
         case, decode = build_case(HEADS[model], per_seq, lens, bucket_pages, rng)
-        reference = jax.jit(functools.partial(paged_tree_attention_reference, scale=0.1, tree=False))
-        dispatched = jax.jit(functools.partial(paged_attention, scale=0.1, tree=False, decode=decode))
+        pairs = sum(n * per_seq + per_seq * (per_seq + 1) // 2 for n in lens)  # cached + causal chunk keys
+        cases.append((name, model, case, decode, False, sum(lens), pairs))
+    for name, model, cached, question, branches, bucket_pages in TREE_CASES:
+        case, pairs = build_tree_case(HEADS[model], cached, question, branches, bucket_pages, rng)
+        cases.append((name, model, case, False, True, cached, pairs))
+    for name, model, case, decode, tree, cached_keys, pairs in cases:
+        reference = jax.jit(functools.partial(paged_tree_attention_reference, scale=0.1, tree=tree))
+        dispatched = jax.jit(functools.partial(paged_attention, scale=0.1, tree=tree, decode=decode))
         ref_ms, new_ms = best_ms(reference, case, args.repeats), best_ms(dispatched, case, args.repeats)
         err = float(jnp.abs(reference(*case) - dispatched(*case)).max())
         hq, hkv, d = HEADS[model]
-        kv_bytes = 2 * sum(lens) * hkv * d * 4
-        pairs = sum(n * per_seq + per_seq * (per_seq + 1) // 2 for n in lens)  # cached + causal chunk keys
+        kv_bytes = 2 * cached_keys * hkv * d * 4
         bound_ms = 1e3 * max(kv_bytes / peaks.bytes_per_s, 4 * hq * d * pairs / peaks.flops_per_s)
         rows.append(
             {

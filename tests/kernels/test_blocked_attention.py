@@ -14,6 +14,24 @@ from specrag_jax.models.executor.packing import Chunk, pack_chunks, token_count_
 from tests.kernels.test_reference_attention import brute_force, random_case, to_meta
 
 
+def assert_blocked_equal(rng, k_pool, v_pool, seqs, total, pad, hq, hkv, d, *, block, key_block, **kw):
+    """Random queries and step keys for ``seqs`` plus ``pad`` padding rows: the blocked path equals the reference
+    and float64 brute force, and padding rows are zero."""
+    t_pad = total + pad
+    q = rng.normal(size=(t_pad, hq, d)).astype(np.float32) * 3  # sharp softmaxes too
+    k_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
+    v_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
+    meta = to_meta(seqs, t_pad, k_pool.shape[1], k_pool.shape[0])
+    got = np.asarray(
+        paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, block=block, key_block=key_block, **kw)
+    )
+    ref = np.asarray(paged_tree_attention_reference(q, k_new, v_new, k_pool, v_pool, meta, **kw))
+    np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5)
+    want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, kw["scale"], kw["window"], kw["softcap"])
+    np.testing.assert_allclose(got[:total], want[:total], atol=2e-5, rtol=1e-5)
+    assert np.all(got[total:] == 0)
+
+
 @settings(max_examples=12, deadline=None)  # each example compiles: 25 took 103 s of the cold suite
 @given(
     seed=st.integers(0, 2**31 - 1),
@@ -32,20 +50,8 @@ def test_blocked_matches_reference_and_brute_force(seed, block, key_block, ps, t
     hq, hkv = heads
     d = 8
     k_pool, v_pool, seqs, total = random_case(rng, 1, 12, 20, ps, hq, hkv, d, tree)
-    t_pad = total + pad
-    q = rng.normal(size=(t_pad, hq, d)).astype(np.float32) * 3  # sharp softmaxes too
-    k_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
-    v_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
-    meta = to_meta(seqs, t_pad, ps, k_pool.shape[0])
-    kw = dict(scale=0.3, window=window, softcap=softcap, tree=tree)
-    got = np.asarray(
-        paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, block=block, key_block=key_block, **kw)
-    )
-    ref = np.asarray(paged_tree_attention_reference(q, k_new, v_new, k_pool, v_pool, meta, **kw))
-    np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5)
-    want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, 0.3, window, softcap)
-    np.testing.assert_allclose(got[:total], want[:total], atol=2e-5, rtol=1e-5)
-    assert np.all(got[total:] == 0)
+    kw = dict(scale=0.3, window=window, softcap=softcap, tree=tree, block=block, key_block=key_block)
+    assert_blocked_equal(rng, k_pool, v_pool, seqs, total, pad, hq, hkv, d, **kw)
 
 
 @settings(max_examples=10, deadline=None)
@@ -74,6 +80,30 @@ def test_several_sequences_in_key_blocks(seed, n_seqs, key_block, ps, tree, wind
     want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, 0.5, window, None)
     np.testing.assert_allclose(got[:total], want[:total], atol=2e-5, rtol=1e-5)
     assert np.all(got[total:] == 0)
+
+
+@pytest.mark.parametrize("window", [0, 5])
+@pytest.mark.parametrize("block,key_block", [(16, 4), (7, 3), (64, 8)])
+def test_branches_skip_the_key_blocks_no_row_sees(block, key_block, window):
+    """Documents as branches off a question (clustering's step) and drafts with their passages (evidence
+    verification): a query block reads only its own branches' key blocks and the question's; equal to the
+    reference and brute force, including branches that start and end inside a key block."""
+    rng = np.random.default_rng(block * 100 + key_block + window)
+    ps, hq, hkv, d = 4, 4, 2, 8
+    kv_len, question, branches = 6, 3, [7, 9, 4, 12, 5, 8]
+    parents, pos = list(range(-1, question - 1)), list(range(kv_len, kv_len + question))
+    for n in branches:
+        start = len(parents)
+        parents += [question - 1] + list(range(start, start + n - 1))
+        pos += list(range(kv_len + question, kv_len + question + n))
+    total = len(parents)
+    n_pages = 2 + -(-(kv_len + total) // ps)
+    k_pool = rng.normal(size=(n_pages, ps, hkv, d)).astype(np.float32)
+    v_pool = rng.normal(size=(n_pages, ps, hkv, d)).astype(np.float32)
+    pages = [int(x) for x in rng.permutation(np.arange(1, n_pages))[: -(-(kv_len + total) // ps)]]
+    seqs = [dict(kv_len=kv_len, pages=pages, parents=parents, tokens=list(range(total)), pos=pos)]
+    kw = dict(scale=0.4, window=window, softcap=None, tree=True, block=block, key_block=key_block)
+    assert_blocked_equal(rng, k_pool, v_pool, seqs, total, 3, hq, hkv, d, **kw)
 
 
 def test_pack_refuses_a_parent_after_its_child():
