@@ -27,9 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import loadavg, run_header, write_results  # noqa: E402
-from specrag_jax.kernels import AttentionMetadata, paged_attention, paged_tree_attention_reference  # noqa: E402
-from specrag_jax.machine_peaks import best_time, measure_peaks  # noqa: E402
+from benchmarks.common import loadavg, run_header, write_results
+from specrag_jax.kernels import AttentionMetadata, paged_attention, paged_tree_attention_reference
+from specrag_jax.machine_peaks import best_time, measure_peaks
 
 HEADS = {"smollm2": (9, 3, 64), "qwen2.5-1.5b": (12, 2, 128)}  # (q heads, kv heads, head_dim)
 PAGE = 16

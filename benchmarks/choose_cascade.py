@@ -26,10 +26,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import run_header, write_results  # noqa: E402
-from specrag_jax.pipeline.drafting import Draft  # noqa: E402
-from specrag_jax.pipeline.evaluation import is_correct  # noqa: E402
-from specrag_jax.pipeline.selection import (  # noqa: E402
+from benchmarks.common import run_header, write_results
+from specrag_jax.pipeline.drafting import Draft
+from specrag_jax.pipeline.evaluation import is_correct
+from specrag_jax.pipeline.selection import (
     EVIDENCE_TERMS,
     SELECTIONS,
     ScoreOptions,

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import run_header, write_results  # noqa: E402
+from benchmarks.common import run_header, write_results
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,18 +29,18 @@ if "XLA_FLAGS" not in os.environ:  # before JAX starts
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import functools  # noqa: E402
+import functools
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+import jax
+import jax.numpy as jnp
 
-from benchmarks.common import RESULTS_DIR, run_header, write_results  # noqa: E402
-from specrag_jax.models.config import ModelConfig, param_shapes  # noqa: E402
-from specrag_jax.models.executor.packing import Chunk, pack_chunks  # noqa: E402
-from specrag_jax.models.executor.runner import _BODIES  # noqa: E402
-from specrag_jax.parallel import Placement, make_mesh, parse_mesh_spec  # noqa: E402
-from specrag_jax.parallel.hlo import collective_stats  # noqa: E402
-from specrag_jax.parallel.rules import DEFAULT_RULES  # noqa: E402
+from benchmarks.common import RESULTS_DIR, run_header, write_results
+from specrag_jax.models.config import ModelConfig, param_shapes
+from specrag_jax.models.executor.packing import Chunk, pack_chunks
+from specrag_jax.models.executor.runner import _BODIES
+from specrag_jax.parallel import Placement, make_mesh, parse_mesh_spec
+from specrag_jax.parallel.hlo import collective_stats
+from specrag_jax.parallel.rules import DEFAULT_RULES
 
 PAGE_SIZE, NUM_PAGES, MAX_PAGES = 16, 256, 32
 

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import REPO_ROOT, RESULTS_DIR, loadavg, run_header, write_results  # noqa: E402
+from benchmarks.common import REPO_ROOT, RESULTS_DIR, loadavg, run_header, write_results
 
 MODELS = ("qwen2.5-coder-1.5b-instruct", "gemma3-270m", "smollm2-135m-instruct")
 DEFAULT_BASE = "9e3ade5"  # the last commit with the gguf-py loader

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     PROMPTS,
     RESULTS_DIR,
     OtherLoad,

@@ -26,12 +26,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import RESULTS_DIR, loadavg, run_header, write_results  # noqa: E402
-from specrag_jax.kernels import chain_parents  # noqa: E402
-from specrag_jax.models.executor.packing import Chunk, pack_chunks  # noqa: E402
-from specrag_jax.models.executor.runner import ModelRunner  # noqa: E402
-from specrag_jax.models.sampling.batch import SamplingBatch  # noqa: E402
-from specrag_jax.models.text_model import TextModel  # noqa: E402
+from benchmarks.common import RESULTS_DIR, loadavg, run_header, write_results
+from specrag_jax.kernels import chain_parents
+from specrag_jax.models.executor.packing import Chunk, pack_chunks
+from specrag_jax.models.executor.runner import ModelRunner
+from specrag_jax.models.sampling.batch import SamplingBatch
+from specrag_jax.models.text_model import TextModel
 
 PREFIX, BRANCH, M = 512, 64, 5
 

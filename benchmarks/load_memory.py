@@ -38,10 +38,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     RESULTS_DIR,
     current_rss_mb,
     loadavg,
@@ -50,13 +50,13 @@ from benchmarks.common import (  # noqa: E402
     run_header,
     write_results,
 )
-from benchmarks.synthetic_hf import llama_config, write_checkpoint  # noqa: E402
-from specrag_jax.models.loading.hf_loader import load_hf  # noqa: E402
-from specrag_jax.models.loading.load import last_load_info, load_model_params, to_jax_leaf  # noqa: E402
-from specrag_jax.models.loading.param_file import read_header  # noqa: E402
-from specrag_jax.models.loading.params import unflatten  # noqa: E402
-from specrag_jax.models.loading.streaming import CHUNK_BYTES  # noqa: E402
-from specrag_jax.parallel import Placement  # noqa: E402
+from benchmarks.synthetic_hf import llama_config, write_checkpoint
+from specrag_jax.models.loading.hf_loader import load_hf
+from specrag_jax.models.loading.load import last_load_info, load_model_params, to_jax_leaf
+from specrag_jax.models.loading.param_file import read_header
+from specrag_jax.models.loading.params import unflatten
+from specrag_jax.models.loading.streaming import CHUNK_BYTES
+from specrag_jax.parallel import Placement
 
 MODES = ("hf_old", "hf_new", "hf_new_sharded", "cache_write", "cache_old", "cache_new", "cache_new_sharded")
 MB = 1024 * 1024

@@ -20,13 +20,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import run_header, write_results  # noqa: E402
-from specrag_jax.pipeline.evaluation import evaluate, is_correct, load_questions  # noqa: E402
-from specrag_jax.pipeline.factory import build_specrag  # noqa: E402
-from specrag_jax.pipeline.holdout import split_rows  # noqa: E402
-from specrag_jax.pipeline.specrag import RAGConfig  # noqa: E402
-from specrag_jax.retrieval.pooling import pool_passages  # noqa: E402
-from specrag_jax.xla_cache import enable_xla_cache  # noqa: E402
+from benchmarks.common import run_header, write_results
+from specrag_jax.pipeline.evaluation import evaluate, is_correct, load_questions
+from specrag_jax.pipeline.factory import build_specrag
+from specrag_jax.pipeline.holdout import split_rows
+from specrag_jax.pipeline.specrag import RAGConfig
+from specrag_jax.retrieval.pooling import pool_passages
+from specrag_jax.xla_cache import enable_xla_cache
 
 BEFORE_FALLBACK = ("retrieval_s", "clustering_s", "drafting_s", "verification_s", "evidence_verification_s")
 

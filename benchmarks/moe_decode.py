@@ -22,14 +22,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import jax  # noqa: E402
+import jax
 
-from benchmarks.common import RESULTS_DIR, OtherLoad, loadavg, run_header, write_results  # noqa: E402
-from specrag_jax.models.config import ModelConfig, tiny_config  # noqa: E402
-from specrag_jax.models.decoder.transformer import init_params  # noqa: E402
-from specrag_jax.models.executor.packing import Chunk  # noqa: E402
-from specrag_jax.models.executor.runner import ModelRunner  # noqa: E402
-from specrag_jax.models.sampling.batch import SamplingBatch  # noqa: E402
+from benchmarks.common import RESULTS_DIR, OtherLoad, loadavg, run_header, write_results
+from specrag_jax.models.config import ModelConfig, tiny_config
+from specrag_jax.models.decoder.transformer import init_params
+from specrag_jax.models.executor.packing import Chunk
+from specrag_jax.models.executor.runner import ModelRunner
+from specrag_jax.models.sampling.batch import SamplingBatch
 
 
 def configs(args: argparse.Namespace) -> dict[str, ModelConfig]:

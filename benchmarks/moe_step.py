@@ -26,12 +26,12 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from benchmarks.common import RESULTS_DIR, OtherLoad, loadavg, run_header, write_results  # noqa: E402
-from specrag_jax.models.decoder.moe import dense_moe_reference, moe_block, route  # noqa: E402
+from benchmarks.common import RESULTS_DIR, OtherLoad, loadavg, run_header, write_results
+from specrag_jax.models.decoder.moe import dense_moe_reference, moe_block, route
 
 
 def moe_params(key: jax.Array, hidden: int, experts: int, inter: int) -> dict:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from specrag_jax.retrieval.pooling import pool_file  # noqa: E402
+from specrag_jax.retrieval.pooling import pool_file
 
 
 def main(argv: list[str] | None = None) -> int:

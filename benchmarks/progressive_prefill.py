@@ -22,16 +22,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import loadavg, run_header, write_results  # noqa: E402
-from specrag_jax.models.text_model import TextModel  # noqa: E402
-from specrag_jax.pipeline.evaluation import load_questions  # noqa: E402
-from specrag_jax.pipeline.factory import build_reranker, clustered_subsets, pool_pages, reranker_pages  # noqa: E402
-from specrag_jax.pipeline.specrag import RAGConfig  # noqa: E402
-from specrag_jax.retrieval import Embedder  # noqa: E402
-from specrag_jax.retrieval.corpus import docs_from_context  # noqa: E402
-from specrag_jax.serving.adapter import RequestContext  # noqa: E402
-from specrag_jax.serving.service import ServeConfig, Service  # noqa: E402
-from specrag_jax.xla_cache import enable_xla_cache  # noqa: E402
+from benchmarks.common import loadavg, run_header, write_results
+from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.evaluation import load_questions
+from specrag_jax.pipeline.factory import build_reranker, clustered_subsets, pool_pages, reranker_pages
+from specrag_jax.pipeline.specrag import RAGConfig
+from specrag_jax.retrieval import Embedder
+from specrag_jax.retrieval.corpus import docs_from_context
+from specrag_jax.serving.adapter import RequestContext
+from specrag_jax.serving.service import ServeConfig, Service
+from specrag_jax.xla_cache import enable_xla_cache
 
 
 def _log(msg: str) -> None:

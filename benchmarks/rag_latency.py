@@ -29,19 +29,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import RESULTS_DIR, loadavg, run_header, write_results  # noqa: E402
-from specrag_jax.compile_time import CompileClock  # noqa: E402
-from specrag_jax.models.decoder.transformer import init_params  # noqa: E402
-from specrag_jax.models.executor.runner import ModelRunner  # noqa: E402
-from specrag_jax.models.generation import Generator, Phase  # noqa: E402
-from specrag_jax.models.sampling.params import SamplingParams  # noqa: E402
-from specrag_jax.models.text_model import TextModel  # noqa: E402
-from specrag_jax.pipeline.drafting import Draft, split_chat_prompt, truncate_docs  # noqa: E402
-from specrag_jax.pipeline.evaluation import load_questions  # noqa: E402
-from specrag_jax.pipeline.factory import clustered_subsets  # noqa: E402
-from specrag_jax.pipeline.prompts import RESPONSE_TAG, drafter_evidence, drafter_prefix, standard_rag_prompt  # noqa: E402
-from specrag_jax.pipeline.verification import verify_drafts  # noqa: E402
-from specrag_jax.retrieval import Embedder, docs_from_context  # noqa: E402
+from benchmarks.common import RESULTS_DIR, loadavg, run_header, write_results
+from specrag_jax.compile_time import CompileClock
+from specrag_jax.models.decoder.transformer import init_params
+from specrag_jax.models.executor.runner import ModelRunner
+from specrag_jax.models.generation import Generator, Phase
+from specrag_jax.models.sampling.params import SamplingParams
+from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.drafting import Draft, split_chat_prompt, truncate_docs
+from specrag_jax.pipeline.evaluation import load_questions
+from specrag_jax.pipeline.factory import clustered_subsets
+from specrag_jax.pipeline.prompts import RESPONSE_TAG, drafter_evidence, drafter_prefix, standard_rag_prompt
+from specrag_jax.pipeline.verification import verify_drafts
+from specrag_jax.retrieval import Embedder, docs_from_context
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "retrievalqa_dev.jsonl"
 # Gemma 3 1B (google/gemma-3-1b-pt config.json): every field that differs from the 270M model.

@@ -21,14 +21,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import loadavg, run_header, write_results  # noqa: E402
-from specrag_jax.models.text_model import TextModel  # noqa: E402
-from specrag_jax.pipeline.evaluation import load_questions  # noqa: E402
-from specrag_jax.rerank.coarse_to_fine import rerank_coarse_to_fine  # noqa: E402
-from specrag_jax.rerank.reranker import Reranker  # noqa: E402
-from specrag_jax.retrieval import LexicalIndex  # noqa: E402
-from specrag_jax.retrieval.pooling import own_passage_recall, own_passages, passage_key, pool_passages  # noqa: E402
-from specrag_jax.xla_cache import enable_xla_cache  # noqa: E402
+from benchmarks.common import loadavg, run_header, write_results
+from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.evaluation import load_questions
+from specrag_jax.rerank.coarse_to_fine import rerank_coarse_to_fine
+from specrag_jax.rerank.reranker import Reranker
+from specrag_jax.retrieval import LexicalIndex
+from specrag_jax.retrieval.pooling import own_passage_recall, own_passages, passage_key, pool_passages
+from specrag_jax.xla_cache import enable_xla_cache
 
 
 def _log(msg: str) -> None:

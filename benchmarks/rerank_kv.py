@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import PROMPTS, RESULTS_DIR, run_header, write_results  # noqa: E402
+from benchmarks.common import PROMPTS, RESULTS_DIR, run_header, write_results
 
 QUESTIONS = [
     "What were the main effects of the printing press on the spread of books and reading in Europe?",

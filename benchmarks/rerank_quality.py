@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import loadavg, run_header, write_results  # noqa: E402
-from specrag_jax.models.text_model import TextModel  # noqa: E402
-from specrag_jax.pipeline.evaluation import evaluate, load_questions  # noqa: E402
-from specrag_jax.pipeline.factory import (  # noqa: E402
+from benchmarks.common import loadavg, run_header, write_results
+from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.evaluation import evaluate, load_questions
+from specrag_jax.pipeline.factory import (
     DEFAULT_DRAFTER,
     DEFAULT_VERIFIER,
     RERANK_CACHE_DOCS,
@@ -38,11 +38,11 @@ from specrag_jax.pipeline.factory import (  # noqa: E402
     pool_pages,
     reranker_pages,
 )
-from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG  # noqa: E402
-from specrag_jax.rerank.reranker import Reranker  # noqa: E402
-from specrag_jax.retrieval import Embedder, LexicalIndex  # noqa: E402
-from specrag_jax.retrieval.pooling import pool_passages  # noqa: E402
-from specrag_jax.xla_cache import enable_xla_cache  # noqa: E402
+from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
+from specrag_jax.rerank.reranker import Reranker
+from specrag_jax.retrieval import Embedder, LexicalIndex
+from specrag_jax.retrieval.pooling import pool_passages
+from specrag_jax.xla_cache import enable_xla_cache
 
 SUMMARY_KEYS = ("n", "accuracy", "latency_s", "stages_s", "recall_own_passages", "rerank")
 

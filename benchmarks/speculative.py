@@ -25,20 +25,20 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import loadavg, run_header, write_results  # noqa: E402
-from specrag_jax.compile_time import CompileClock  # noqa: E402
-from specrag_jax.models.executor.packing import Chunk  # noqa: E402
-from specrag_jax.models.sampling.batch import SamplingBatch  # noqa: E402
-from specrag_jax.models.sampling.params import SamplingParams  # noqa: E402
-from specrag_jax.models.speculative.decode import SpeculationStats, combine_stats  # noqa: E402
-from specrag_jax.models.speculative.tree import build_tree, stack_trees  # noqa: E402
-from specrag_jax.pipeline.evaluation import load_questions  # noqa: E402
-from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER, build_specrag  # noqa: E402
-from specrag_jax.pipeline.lossless import lossless_speculation  # noqa: E402
-from specrag_jax.pipeline.specrag import RAGConfig  # noqa: E402
-from specrag_jax.pipeline.verifier_prompts import answer_prompt  # noqa: E402
-from specrag_jax.retrieval import docs_from_context  # noqa: E402
-from specrag_jax.xla_cache import enable_xla_cache  # noqa: E402
+from benchmarks.common import loadavg, run_header, write_results
+from specrag_jax.compile_time import CompileClock
+from specrag_jax.models.executor.packing import Chunk
+from specrag_jax.models.sampling.batch import SamplingBatch
+from specrag_jax.models.sampling.params import SamplingParams
+from specrag_jax.models.speculative.decode import SpeculationStats, combine_stats
+from specrag_jax.models.speculative.tree import build_tree, stack_trees
+from specrag_jax.pipeline.evaluation import load_questions
+from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER, build_specrag
+from specrag_jax.pipeline.lossless import lossless_speculation
+from specrag_jax.pipeline.specrag import RAGConfig
+from specrag_jax.pipeline.verifier_prompts import answer_prompt
+from specrag_jax.retrieval import docs_from_context
+from specrag_jax.xla_cache import enable_xla_cache
 
 NEAR_TIE = 1e-4
 

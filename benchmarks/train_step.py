@@ -20,13 +20,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import RESULTS_DIR, run_header, summarize, write_results  # noqa: E402
-from specrag_jax.models.decoder.transformer import unstack_layers  # noqa: E402
-from specrag_jax.training import sharding as sh  # noqa: E402
-from specrag_jax.training.batching import BatchPlan  # noqa: E402
-from specrag_jax.training.data import Example  # noqa: E402
-from specrag_jax.training.lora import LoraConfig, count_params, init_lora  # noqa: E402
-from specrag_jax.training.step import BATCH_FIELDS, OptimConfig, make_optimizer, make_steps  # noqa: E402
+from benchmarks.common import RESULTS_DIR, run_header, summarize, write_results
+from specrag_jax.models.decoder.transformer import unstack_layers
+from specrag_jax.training import sharding as sh
+from specrag_jax.training.batching import BatchPlan
+from specrag_jax.training.data import Example
+from specrag_jax.training.lora import LoraConfig, count_params, init_lora
+from specrag_jax.training.step import BATCH_FIELDS, OptimConfig, make_optimizer, make_steps
 
 
 def load(name: str, dtype: str):
