@@ -32,10 +32,10 @@ class ShardedDenseIndex:
         axes = tuple(a for a in ((rule,) if isinstance(rule, str) else (rule or ())) if a in mesh.shape)
         self.axes = axes
         self.num_shards = math.prod(mesh.shape[a] for a in axes)
-        n, h = index._vectors.shape
+        n, h = index.vectors.shape
         self.rows_per_shard = -(-n // self.num_shards)
         padded = np.zeros((self.rows_per_shard * self.num_shards, h), np.float32)
-        padded[:n] = index._vectors
+        padded[:n] = index.vectors
         self.vectors = put_global(padded, NamedSharding(mesh, P(axes or None, None)))
         self._search = {}
 
@@ -66,7 +66,7 @@ class ShardedDenseIndex:
         q = np.asarray(vectors, np.float32)
         if q.ndim != 2 or q.shape[1] != self.index.dim:
             raise SpecRagError(f"query embeddings of shape {q.shape}; the index has {self.index.dim} dims")
-        q = self.index._prepare(q)
+        q = self.index.prepare(q)
         k = min(n, len(self.index))
         ids, scores = self._fn(k)(self.vectors, put_global(q, self.placement.replicated))
         ids, scores = np.asarray(ids)[:, :k], np.asarray(scores)[:, :k]

@@ -47,7 +47,7 @@ class DenseIndex:
         self.model = model
         self.mean = None if mean is None else np.asarray(mean, np.float32)
         self.embedder = embedder
-        self._vectors = self._prepare(self.embeddings)
+        self.vectors = self.prepare(self.embeddings)  # [N, H] the documents as searched (centred, normalised)
 
     @classmethod
     def build(cls, docs: Sequence[Document], embedder: Embedder, *, center: bool = True) -> "DenseIndex":
@@ -65,7 +65,8 @@ class DenseIndex:
     def dim(self) -> int:
         return int(self.embeddings.shape[1])
 
-    def _prepare(self, x: np.ndarray) -> np.ndarray:
+    def prepare(self, x: np.ndarray) -> np.ndarray:
+        """Raw embeddings [B, H] as the index compares them: centred on the corpus mean (if any), L2-normalised."""
         x = np.asarray(x, np.float32)
         return l2_normalize(x - self.mean if self.mean is not None else x)
 
@@ -76,7 +77,7 @@ class DenseIndex:
         vector = np.asarray(vector, np.float32).reshape(-1)
         if vector.shape[0] != self.dim:
             raise SpecRagError(f"query embedding has {vector.shape[0]} dims, the index {self.dim}")
-        scores = self._vectors @ self._prepare(vector[None])[0]
+        scores = self.vectors @ self.prepare(vector[None])[0]
         order = np.lexsort((np.arange(len(scores)), -scores))[:n]
         return [(int(i), float(scores[i])) for i in order]
 

@@ -21,6 +21,7 @@ def reach_ins(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute) and _private(node.attr):
             own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            own |= isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "super"
             if not own and ast.unparse(node) not in STDLIB_PRIVATE:
                 found.append(f"{node.lineno}: {ast.unparse(node)}")
         elif isinstance(node, ast.ImportFrom):
