@@ -29,21 +29,15 @@ def _bounded_memory_mappings():
 
 @pytest.fixture(scope="session")
 def hf_reference() -> Callable[[str], object]:
-    """``hf_reference(name)``: the transformers float32 model for a registry name, cached for the session."""
+    """``hf_reference(name)``: the transformers float32 model for a registry name (transformers' GGUF loader, our
+    bit-exact dequantiser: ``tests/hf_gguf.py``), cached for the session."""
     cache: dict[str, object] = {}
 
     def get(name: str):
         if name not in cache:
-            import torch
-            from transformers import AutoModelForCausalLM
+            from tests.hf_gguf import transformers_gguf_model
 
-            from specrag_jax.models.loading.registry import resolve_model_path
-
-            torch.set_num_threads(2)
-            path = resolve_model_path(name)
-            cache[name] = AutoModelForCausalLM.from_pretrained(
-                str(path.parent), gguf_file=path.name, dtype=torch.float32
-            ).eval()
+            cache[name] = transformers_gguf_model(name)
         return cache[name]
 
     return get

@@ -8,37 +8,18 @@ from pathlib import Path
 import pytest
 
 from specrag_jax.cli import main
+from tests.pipeline.conftest import SMOL_EVAL_METHODS
 
 DATA = Path(__file__).parent / "data" / "mini_eval.jsonl"
 
 
 @pytest.mark.slow
-def test_eval_json_contract(capsys, tmp_path):
-    code = main(
-        [
-            "eval",
-            "--data",
-            str(DATA),
-            "--methods",
-            "closed_book,standard,speculative,drafter_only,random_draft",
-            "--limit",
-            "2",
-            "--drafter",
-            "smollm2-135m-instruct",
-            "--verifier",
-            "smollm2-135m-instruct",
-            "--m",
-            "2",
-            "--json",
-            "--out",
-            str(tmp_path),
-        ]
-    )
-    out, err = capsys.readouterr()
-    assert code == 0, err
+def test_eval_json_contract(smol_eval):
+    assert smol_eval.code == 0, smol_eval.err
+    out, tmp_path = smol_eval.out, smol_eval.out_dir
     res = json.loads(out)
     assert set(res) >= {"methods", "config"}
-    assert list(res["methods"]) == ["closed_book", "standard", "speculative", "drafter_only", "random_draft"]
+    assert list(res["methods"]) == SMOL_EVAL_METHODS  # the five compared methods and lossless, in the given order
     for name in res["methods"]:
         m = res["methods"][name]
         assert m["n"] == 2 and 0.0 <= m["accuracy"] <= 1.0
@@ -64,7 +45,7 @@ def test_eval_json_contract(capsys, tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["methods"].keys() == res["methods"].keys()
     assert (tmp_path / "accuracy_vs_latency.png").stat().st_size > 0
     predictions = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
-    assert len(predictions) == 10
+    assert len(predictions) == 2 * len(SMOL_EVAL_METHODS)
     assert all(1 <= len(p["drafts"]) <= 2 for p in predictions if p["method"] == "speculative")
 
 

@@ -5,7 +5,6 @@ token for token, in fewer verifier steps; the cascade's fallback through the los
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,6 @@ from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.lossless import draft_token_streams, lossless_speculation
 from specrag_jax.pipeline.specrag import RAGConfig
 
-DATA = Path(__file__).parent / "data" / "mini_eval.jsonl"
 SMOL = "smollm2-135m-instruct"
 DOCS = [
     {"id": "a", "title": "Paris", "text": "Paris is the capital and largest city of France. It lies on the Seine."},
@@ -62,29 +60,10 @@ def test_cascade_fallback_regenerates_through_the_lossless_path(rag):
 
 
 @pytest.mark.slow
-def test_eval_json_carries_the_speculation_contract(capsys, tmp_path):
-    code = main(
-        [
-            "eval",
-            "--data",
-            str(DATA),
-            "--methods",
-            "standard,lossless",
-            "--limit",
-            "2",
-            "--drafter",
-            SMOL,
-            "--verifier",
-            SMOL,
-            "--m",
-            "2",
-            "--json",
-            "--out",
-            str(tmp_path),
-        ]
-    )
-    out, err = capsys.readouterr()
-    assert code == 0, err
+def test_eval_json_carries_the_speculation_contract(smol_eval):
+    """``specrag eval`` with standard and lossless among its methods (the run shared with test_eval_cli.py)."""
+    assert smol_eval.code == 0, smol_eval.err
+    out, tmp_path = smol_eval.out, smol_eval.out_dir
     res = json.loads(out)
     lossless, standard = res["methods"]["lossless"], res["methods"]["standard"]
     assert set(lossless["speculation"]) >= {"steps", "accepted_tokens_per_step", "proposed_tokens_per_step"}

@@ -25,18 +25,14 @@ GREEDY_PROMPT = "The capital of France is Paris. The capital of Germany is"
 @pytest.fixture(scope="module")
 def qwen():
     """(our TextModel, prompt ids, rows, transformers' logits at rows, transformers' greedy 32 tokens)."""
-    from transformers import AutoModelForCausalLM
-
-    from specrag_jax.models.loading.registry import resolve_model_path
     from specrag_jax.models.tokenizer.load import load_tokenizer
+    from tests.hf_gguf import transformers_gguf_model
 
     tok = load_tokenizer(QWEN)
     ids = tok.encode(long_prompt_text())[:720]
     rows = sorted(set(range(0, len(ids), 37)) | set(range(len(ids) - 16, len(ids))))
     greedy_ids = tok.encode(GREEDY_PROMPT)
-    torch.set_num_threads(2)
-    path = resolve_model_path(QWEN)
-    theirs = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    theirs = transformers_gguf_model(QWEN)  # transformers' GGUF loader with our bit-exact dequantiser
     with torch.no_grad():
         ref_logits = theirs(torch.tensor([ids])).logits[0, rows].float().numpy()
         out = theirs.generate(

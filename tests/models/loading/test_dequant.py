@@ -99,3 +99,17 @@ def test_bad_input_is_one_line_value_error():
         dequantize_rows(np.zeros((2, 34), np.uint8), QT.Q8_0, np.empty((32, 2), np.float32).T)
     with pytest.raises(ValueError, match="no dequantiser for GGML type Q2_K"):
         dequantize_rows(np.zeros((1, 84), np.uint8), QT.Q2_K, np.empty((1, 256), np.float32))
+
+
+@pytest.mark.parametrize("qtype", sorted(KERNELS))
+def test_gguf_shaped_wrapper_matches_gguf(qtype):
+    """tests/hf_gguf.py's ``gguf.dequantize`` stand-in (transformers' reference models): same shapes, same bits."""
+    from tests.hf_gguf import fast_dequantize
+
+    _, type_size = GGML_QUANT_SIZES[qtype]
+    raw = np.random.default_rng(int(qtype)).integers(0, 256, size=(2, 3, 2 * type_size), dtype=np.uint8)
+    assert_same_bits(fast_dequantize(raw, qtype), reference(raw, qtype))
+    if qtype in (QT.F32, QT.F16):  # GGUFReader hands these over typed, not as bytes
+        typed = raw.view(np.float32 if qtype == QT.F32 else np.float16)
+        with np.errstate(all="ignore"):
+            assert_same_bits(fast_dequantize(typed, qtype), reference(typed, qtype))
