@@ -10,10 +10,7 @@ powers of two), so an early prefill chunk of a long prompt scores a mostly empty
   the bucket's empty tail is never read and each block's scores stay near the cache;
 - a single long sequence's queries go in static blocks of ``block`` rows, and block ``b`` scores only the
   chunk keys packed before its end: a token's ancestors precede it in packed order (``packing.pack_chunks``
-  checks it), so later keys are never visible;
-- those chunk keys are read in key blocks too, and only the blocks some row of the query block can see: in a
-  tree (documents as branches off a question, drafts with their passages) a query block sees its own
-  branches and the shared prefix, not the other branches packed before it.
+  checks it), so later keys are never visible.
 
 Several sequences read each block through their page tables the cheaper way (``prefix_gather_mode``).
 Same arguments and result as ``paged_tree_attention_reference`` (tested against it), with one extra
@@ -54,42 +51,6 @@ def _prefix_values(p, v, mode: str, token_seq, s_count: int):
         return jnp.einsum("kgtj,tjkd->kgtd", p, v)
     one_hot = jax.nn.one_hot(token_seq, s_count, dtype=p.dtype)
     return jnp.einsum("kgtsj,sjkd->kgtd", p[:, :, :, None, :] * one_hot[:, :, None], v)
-
-
-def _chunk_attention(qb, k, v, vis, softcap: float | None, key_block: int):
-    """Online-softmax state (max, denominator, accumulator) of queries ``qb`` [Hkv, G, rows, D] over the step's
-    own keys ``k``/``v`` [keys, Hkv, D] with visibility ``vis`` [rows, keys]: in key blocks, skipping every block
-    that no row sees. One block (short steps) is scored at once."""
-    rows, n_keys = vis.shape
-    if n_keys <= key_block:
-        s = jnp.where(vis, softcap_scores(jnp.einsum("kgtd,ukd->kgtu", qb, k), softcap), MASKED_SCORE)
-        m0 = s.max(-1)
-        p = jnp.exp(s - m0[..., None])
-        return m0, p.sum(-1), jnp.einsum("kgtu,ukd->kgtd", p, v)
-    n_blocks = -(-n_keys // key_block)
-    pad = n_blocks * key_block - n_keys
-    k = jnp.pad(k, ((0, pad), (0, 0), (0, 0)))
-    v = jnp.pad(v, ((0, pad), (0, 0), (0, 0)))
-    vis = jnp.pad(vis, ((0, 0), (0, pad)))
-    seen = vis.reshape(rows, n_blocks, key_block).any(axis=(0, 2))
-    blocks = jnp.nonzero(seen, size=n_blocks, fill_value=0)[0]  # the seen ones first, in order
-
-    def key_step(i, carry):
-        start = blocks[i] * key_block
-        kb = lax.dynamic_slice_in_dim(k, start, key_block, 0)
-        vb = lax.dynamic_slice_in_dim(v, start, key_block, 0)
-        s = softcap_scores(jnp.einsum("kgtd,ukd->kgtu", qb, kb), softcap)
-        s = jnp.where(lax.dynamic_slice_in_dim(vis, start, key_block, 1), s, MASKED_SCORE)
-        return online_update(carry, s, lambda p: jnp.einsum("kgtu,ukd->kgtd", p, vb))
-
-    # A row's first blocks may hide every key from it (its max stays MASKED_SCORE, its sums junk); the block with
-    # its own key comes later and rescales that junk by exp(MASKED_SCORE - max) = 0. Padding rows are zeroed.
-    init = (
-        jnp.full(qb.shape[:3], MASKED_SCORE, qb.dtype),
-        jnp.zeros(qb.shape[:3], qb.dtype),
-        jnp.zeros(qb.shape, qb.dtype),
-    )
-    return lax.fori_loop(0, seen.sum(), key_step, init)
 
 
 def paged_tree_attention_blocked(
@@ -139,7 +100,11 @@ def paged_tree_attention_blocked(
         related = related_all[rows, :end] if tree else jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]
         vis_chk = related & valid[None, :end] & (meta.token_seq[rows, None] == meta.token_seq[None, :end])
         vis_chk &= (window <= 0) | (pb[:, None] - pos[None, :end] < window)
-        init = _chunk_attention(qb, k_chk[:end], v_chk[:end], vis_chk, softcap, key_block)
+        s_chk = softcap_scores(jnp.einsum("kgtd,ukd->kgtu", qb, k_chk[:end]), softcap)
+        s_chk = jnp.where(vis_chk, s_chk, MASKED_SCORE)
+        m0 = s_chk.max(-1)
+        p_chk = jnp.exp(s_chk - m0[..., None])
+        init = (m0, p_chk.sum(-1), jnp.einsum("kgtu,ukd->kgtd", p_chk, v_chk[:end]))
         seq_rows = meta.token_seq[rows]  # several sequences: all rows (one query block)
 
         def key_step(b, carry, qb=qb, pb=pb, lb=lb, seq_rows=seq_rows):
@@ -155,7 +120,7 @@ def paged_tree_attention_blocked(
             return online_update(carry, s, lambda p: _prefix_values(p, v, mode, seq_rows, s_count))
 
         _, denom, acc = lax.fori_loop(plan.lo, plan.hi, key_step, init)
-        outs.append(acc / jnp.where(denom > 0, denom, 1.0)[..., None])  # a block of padding rows sees nothing
+        outs.append(acc / denom[..., None])
     out = jnp.concatenate(outs, axis=2).transpose(2, 0, 1, 3)  # [T, Hkv, G, D]
     out = jnp.where(valid[:, None, None, None], out, 0.0)  # padding rows -> 0
     return out.reshape(t, hq, d).astype(q.dtype)

@@ -3,6 +3,9 @@ force."""
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,6 +17,11 @@ from specrag_jax.models.executor.packing import Chunk, pack_chunks, token_count_
 from tests.kernels.test_reference_attention import brute_force, random_case, to_meta
 
 
+def jitted(fn, **static):
+    """``fn`` with its keyword options fixed, compiled as one program (eager dispatch compiles op by op, per shape)."""
+    return jax.jit(functools.partial(fn, **static))
+
+
 def assert_blocked_equal(rng, k_pool, v_pool, seqs, total, pad, hq, hkv, d, *, block, key_block, **kw):
     """Random queries and step keys for ``seqs`` plus ``pad`` padding rows: the blocked path equals the reference
     and float64 brute force, and padding rows are zero."""
@@ -22,10 +30,9 @@ def assert_blocked_equal(rng, k_pool, v_pool, seqs, total, pad, hq, hkv, d, *, b
     k_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
     v_new = rng.normal(size=(t_pad, hkv, d)).astype(np.float32)
     meta = to_meta(seqs, t_pad, k_pool.shape[1], k_pool.shape[0])
-    got = np.asarray(
-        paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, block=block, key_block=key_block, **kw)
-    )
-    ref = np.asarray(paged_tree_attention_reference(q, k_new, v_new, k_pool, v_pool, meta, **kw))
+    args = (q, k_new, v_new, k_pool, v_pool, meta)
+    got = np.asarray(jitted(paged_tree_attention_blocked, block=block, key_block=key_block, **kw)(*args))
+    ref = np.asarray(jitted(paged_tree_attention_reference, **kw)(*args))
     np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5)
     want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, kw["scale"], kw["window"], kw["softcap"])
     np.testing.assert_allclose(got[:total], want[:total], atol=2e-5, rtol=1e-5)
@@ -74,8 +81,9 @@ def test_several_sequences_in_key_blocks(seed, n_seqs, key_block, ps, tree, wind
     v_new = rng.normal(size=(t_pad, 2, 8)).astype(np.float32)
     meta = to_meta(seqs, t_pad, ps, k_pool.shape[0])
     kw = dict(scale=0.5, window=window, tree=tree)
-    got = np.asarray(paged_tree_attention_blocked(q, k_new, v_new, k_pool, v_pool, meta, key_block=key_block, **kw))
-    ref = np.asarray(paged_tree_attention_reference(q, k_new, v_new, k_pool, v_pool, meta, **kw))
+    args = (q, k_new, v_new, k_pool, v_pool, meta)
+    got = np.asarray(jitted(paged_tree_attention_blocked, key_block=key_block, **kw)(*args))
+    ref = np.asarray(jitted(paged_tree_attention_reference, **kw)(*args))
     np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5)
     want = brute_force(q, k_new, v_new, k_pool, v_pool, seqs, 0.5, window, None)
     np.testing.assert_allclose(got[:total], want[:total], atol=2e-5, rtol=1e-5)
