@@ -6,7 +6,7 @@ bucket gathered at once) and the path ``paged_attention`` dispatches to on a CPU
 for decode steps, ``kernels/blocked.py`` otherwise: cached keys in blocks up to the longest valid prefix).
 Both run in this one process, so the ratio is what the change buys here; outputs agree to float32 rounding.
 Two cases are trees in one step (a question, then branches off it): clustering's documents and evidence
-verification's drafts with their passages, where a query block reads only the key blocks of its own branches.
+verification's drafts with their passages, where most of a query block's earlier keys are other branches'.
 The bound is the larger of reading the visible cached K/V once at this machine's measured bandwidth and the
 score and value matmuls over the visible query-key pairs (4 x q heads x head_dim FLOPs each) at its measured
 matmul rate.
