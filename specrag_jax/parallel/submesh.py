@@ -68,7 +68,7 @@ def run_concurrently(*fns: Callable[[], Any]) -> list[TimedResult]:
         try:
             value = fn()
             jax.block_until_ready(value)
-        except BaseException as exc:
+        except BaseException as exc:  # every failure, KeyboardInterrupt too: re-raised in the caller's thread
             errors.append(exc)
             return
         results[i] = TimedResult(value, t0, time.perf_counter())
