@@ -6,7 +6,9 @@ Every question retrieves from one pooled corpus (every dev passage, ``retrieval.
 same questions and models; plain speculative (the selected draft, never falling back) is read from the same
 run: its answer is the cascade's selected draft and its latency the cascade's stages before any fallback.
 Each size first answers ``--warmup`` questions (discarded) so compilation stays out of the stage times, and
-records every stage against its bound (``roofline``). Writes ``benchmarks/results/long_context.json`` and a plot
+records every stage against its bound (``roofline``). ``--also-clustering lexical`` answers the same questions with
+speculative RAG under another clustering in the same run (``clustering_alternatives`` of each size; standard is
+shared). Writes ``benchmarks/results/long_context.json`` and a plot
 of latency vs standard RAG's prompt tokens.
 
     python benchmarks/long_context.py --data ../shared/data/retrievalqa_dev.jsonl --split heldout --limit 4
@@ -21,9 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import run_header, write_results
+from specrag_jax.pipeline.clustering import CLUSTERINGS, subset_sampler
 from specrag_jax.pipeline.evaluation import evaluate, is_correct, load_questions
 from specrag_jax.pipeline.factory import build_specrag
 from specrag_jax.pipeline.holdout import split_rows
+from specrag_jax.pipeline.rag_config import DEFAULT_CLUSTERING
 from specrag_jax.pipeline.specrag import RAGConfig
 from specrag_jax.retrieval.pooling import pool_passages
 from specrag_jax.xla_cache import enable_xla_cache
@@ -44,6 +48,26 @@ def plain_speculative(predictions: list[dict], rows: list[dict]) -> dict:
     return {"accuracy": sum(correct) / len(spec), "latency_s": statistics.fmean(latency)}
 
 
+def alternative(res: dict, rows: list[dict], standard_s: float) -> dict:
+    """Speculative RAG under another clustering: the cascade, plain speculative and both ratios to standard."""
+    spec = res["methods"]["speculative"]
+    plain = plain_speculative(res["predictions"], rows)
+    return {
+        "speculative": {
+            "accuracy": spec["accuracy"],
+            "latency_s": spec["latency_s"]["mean"],
+            "stages_s": spec["stages_s"],
+            "cascade": spec["cascade"],
+            "tokens_per_question": spec["tokens"]["per_question"],
+        },
+        "plain_speculative": plain,
+        "selection": res["selection"],
+        "roofline": spec["roofline"],
+        "ratio_cascade_vs_standard": spec["latency_s"]["mean"] / standard_s,
+        "ratio_plain_vs_standard": plain["latency_s"] / standard_s,
+    }
+
+
 def plot(sizes: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -58,6 +82,10 @@ def plot(sizes: list[dict], path: Path) -> None:
         ("plain speculative", "plain_speculative"),
     ):
         ax.plot(x, [s[key]["latency_s"] for s in sizes], marker="o", label=name)
+    for alt in sizes[0].get("clustering_alternatives", {}):
+        for name, key in (("cascade", "speculative"), ("plain", "plain_speculative")):
+            y = [s["clustering_alternatives"][alt][key]["latency_s"] for s in sizes]
+            ax.plot(x, y, marker="x", linestyle="--", label=f"{name}, {alt} clustering")
     for s in sizes:
         ax.annotate(
             f"{s['n_docs']} passages",
@@ -88,16 +116,23 @@ def main() -> None:
         default=1,
         help="questions answered (and discarded) before each size: their compilation stays out",
     )
+    ap.add_argument("--clustering", default=DEFAULT_CLUSTERING, choices=CLUSTERINGS)
+    ap.add_argument("--also-clustering", default="", help="comma-separated clusterings also measured (speculative)")
     ap.add_argument("--out", default="benchmarks/results/long_context.json")
     args = ap.parse_args()
+    others = [c for c in args.also_clustering.split(",") if c]
+    if any(c not in CLUSTERINGS or c == args.clustering for c in others):
+        ap.error(f"--also-clustering takes other clusterings among {CLUSTERINGS}")
     enable_xla_cache()
     all_rows = load_questions(args.data)
     corpus = pool_passages(all_rows)
     rows = split_rows(all_rows, args.split, 0.3)[: args.limit]
-    rag = build_specrag(corpus=corpus, config=RAGConfig(), max_seq_len=args.max_seq_len)
+    rag = build_specrag(corpus=corpus, config=RAGConfig(clustering=args.clustering), max_seq_len=args.max_seq_len)
+    samplers = {c: subset_sampler(c, rag.drafter) for c in [args.clustering, *others]}
     sizes = []
     for n in [int(s) for s in args.sizes.split(",")]:
         rag.config.n_docs = n
+        rag.subsets_fn, rag.config.clustering = samplers[args.clustering], args.clustering
         if args.warmup:
             evaluate(rag, rows[: args.warmup], ["standard", "speculative"], progress=False, corpus=corpus)
         res = evaluate(rag, rows, ["standard", "speculative"], progress=False, corpus=corpus)
@@ -126,6 +161,13 @@ def main() -> None:
         }
         entry["ratio_cascade_vs_standard"] = entry["speculative"]["latency_s"] / entry["standard"]["latency_s"]
         entry["ratio_plain_vs_standard"] = plain["latency_s"] / entry["standard"]["latency_s"]
+        entry["clustering_alternatives"] = {}
+        for name in others:
+            rag.subsets_fn, rag.config.clustering = samplers[name], name
+            if args.warmup:
+                evaluate(rag, rows[: args.warmup], ["speculative"], progress=False, corpus=corpus)
+            alt = evaluate(rag, rows, ["speculative"], progress=False, corpus=corpus)
+            entry["clustering_alternatives"][name] = alternative(alt, rows, entry["standard"]["latency_s"])
         sizes.append(entry)
         write(args, rows, rag, corpus, sizes)  # after every size: a cut-short run keeps what it measured
         print(
@@ -148,6 +190,7 @@ def write(args: argparse.Namespace, rows: list[dict], rag, corpus: list[dict], s
             "one_question_points": 100.0 / len(rows),
             "max_seq_len": args.max_seq_len,
             "selection": rag.config.selection,
+            "clustering": args.clustering,
             "tau_min": rag.config.tau_min,
             "drafter_adapter": rag.drafter_adapter,
             "corpus_passages": len(corpus),

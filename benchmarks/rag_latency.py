@@ -36,9 +36,9 @@ from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.generation import Generator, Phase
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.clustering import clustered_subsets
 from specrag_jax.pipeline.drafting import Draft, split_chat_prompt, truncate_docs
 from specrag_jax.pipeline.evaluation import load_questions
-from specrag_jax.pipeline.factory import clustered_subsets
 from specrag_jax.pipeline.prompts import RESPONSE_TAG, drafter_evidence, drafter_prefix, standard_rag_prompt
 from specrag_jax.pipeline.verification import verify_drafts
 from specrag_jax.retrieval import Embedder, docs_from_context

@@ -147,7 +147,12 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _add_rag_options(p: argparse.ArgumentParser) -> None:
     from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
-    from specrag_jax.pipeline.specrag import DEFAULT_CONSENSUS, DEFAULT_SELECTION, DEFAULT_TAU_MIN
+    from specrag_jax.pipeline.rag_config import (
+        DEFAULT_CLUSTERING,
+        DEFAULT_CONSENSUS,
+        DEFAULT_SELECTION,
+        DEFAULT_TAU_MIN,
+    )
 
     p.add_argument("--drafter", default=DEFAULT_DRAFTER)
     p.add_argument(
@@ -183,6 +188,12 @@ def _add_rag_options(p: argparse.ArgumentParser) -> None:
         "(0 or 'none': always accept the selected draft)",
     )
     p.add_argument("--fallback", default="standard", choices=["standard", "unanswerable"])
+    p.add_argument(
+        "--clustering",
+        default=DEFAULT_CLUSTERING,
+        help="how retrieved passages are grouped before drafting: drafter (the drafter's question-"
+        "conditioned embeddings, a forward pass) or lexical (hashed TF-IDF of their words, no model pass)",
+    )
     p.add_argument(
         "--consensus",
         dest="consensus",
@@ -270,6 +281,7 @@ def _rag_config(args: argparse.Namespace):
         tau_min=_tau(args.tau_min),
         fallback=args.fallback,
         consensus=args.consensus,
+        clustering=args.clustering,
         seed=args.seed,
         verifier_prompt=args.verifier_prompt,
         proposer=args.proposer,

@@ -28,6 +28,7 @@ TINY = ["--drafter", "tiny:llama", "--verifier", "tiny:llama"]
         (["--selection", "vote"], "unknown selection 'vote'; choose one of rho, evidence, rho+agg, evidence+agg"),
         (["--tau-min", "1.5"], "tau_min must be in [0, 1] (got 1.5)"),
         (["--tau-min", "-0.1"], "tau_min must be in [0, 1] (got -0.1)"),
+        (["--clustering", "bert"], "unknown clustering 'bert'; choose one of drafter, lexical"),
     ],
 )
 @pytest.mark.parametrize("command", ["ask", "eval", "serve"])

@@ -2,9 +2,10 @@
 
 For each (question, passages, answers) row: the passages are cut to ``max_doc_tokens`` drafter tokens, the
 drafter embeds them conditioned on the question, k-means picks ``k`` clusters and ``m`` subsets take one
-document per cluster (``pipeline.factory.clustered_subsets``, exactly as ``SpecRAG`` drafts). For each subset
-the teacher (default: the verifier) is shown the subset, the question and the gold answer and writes one short
-rationale grounded in the documents. An example is kept only if its rationale passes a check:
+document per cluster (``pipeline.clustering.clustered_subsets``, as ``SpecRAG`` drafts with ``--clustering
+drafter``). For each subset the teacher (default: the verifier) is shown the subset, the question and the gold
+answer and writes one short rationale grounded in the documents. An example is kept only if its rationale passes
+a check:
 
 - ``answer``: it mentions a gold answer (``normalize_answer`` of the answer occurs in the rationale's);
 - ``citation``: it cites a document of the subset as ``[i]`` (1 <= i <= subset size);

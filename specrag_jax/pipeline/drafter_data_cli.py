@@ -88,8 +88,9 @@ def drafter_data_main(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from specrag_jax.models.text_model import TextModel
+    from specrag_jax.pipeline.clustering import clustered_subsets
     from specrag_jax.pipeline.drafter_data import DrafterDataBuilder
-    from specrag_jax.pipeline.factory import clustered_subsets, lexical_search
+    from specrag_jax.pipeline.factory import lexical_search
     from specrag_jax.pipeline.synthetic_questions import synthetic_rows
     from specrag_jax.retrieval import Embedder, LexicalIndex
 

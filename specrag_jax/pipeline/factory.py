@@ -8,35 +8,16 @@ from typing import Callable, Sequence
 from specrag_jax.adapters import default_adapter
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.clustering import subset_sampler
 from specrag_jax.pipeline.reranking import Scorer
-from specrag_jax.pipeline.specrag import RAGConfig, SearchFn, SpecRAG, SubsetFn
+from specrag_jax.pipeline.specrag import RAGConfig, SearchFn, SpecRAG
 from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.rerank.reranker import Reranker
-from specrag_jax.retrieval import Embedder, LexicalIndex, default_corpus, kmeans, load_corpus, sample_subsets
+from specrag_jax.retrieval import LexicalIndex, default_corpus, load_corpus
 from specrag_jax.training.lora_merge import adapter_transform
 
 DEFAULT_DRAFTER = "smollm2-135m-instruct"
 DEFAULT_VERIFIER = "qwen2.5-coder-1.5b-instruct"
-
-
-def clustered_subsets(embedder: Embedder) -> SubsetFn:
-    """Question-conditioned embeddings -> k-means (k clusters) -> m unique subsets, one document per cluster."""
-
-    def subsets(question: str, docs: list[dict], k: int, m: int, seed: int) -> tuple[list[list[int]], dict]:
-        points = embedder.embed_for_question(question, docs)
-        km = kmeans(points, k, seed=seed)
-        sample = sample_subsets(km.labels, m, seed=seed)
-        info = {
-            "clusters": int(km.k),
-            "cluster_sizes": [int((km.labels == c).sum()) for c in range(km.k)],
-            **{f"clustering_{k}": v for k, v in embedder.last_call.items()},
-        }
-        notes = [n for n in (km.note, sample.note) if n]
-        if notes:
-            info["subset_notes"] = notes
-        return [list(s) for s in sample.subsets], info
-
-    return subsets
 
 
 def lexical_search(index: LexicalIndex) -> SearchFn:
@@ -143,7 +124,7 @@ def build_specrag(
     rag = SpecRAG(
         drafter_model,
         verifier_model,
-        subsets=clustered_subsets(Embedder(drafter_model)),
+        subsets=subset_sampler(config.clustering, drafter_model),
         search=lexical_search(index),
         config=config,
         reranker=scorer,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.pipeline.clustering import check_clustering
 from specrag_jax.pipeline.lossless import check_lossless
 from specrag_jax.pipeline.progressive import check_progressive
 from specrag_jax.pipeline.reranking import check_rerank
@@ -14,6 +15,7 @@ from specrag_jax.pipeline.verifier_prompts import check_prompt_form
 # the cascade's defaults, chosen on the train split (benchmarks/choose_cascade.py, cascade_choice_train.json)
 DEFAULT_SELECTION = "evidence"
 DEFAULT_TAU_MIN: float | None = 0.5
+DEFAULT_CLUSTERING = "lexical"  # tied the drafter's embeddings on the train split, no model pass (clustering_train)
 DEFAULT_CONSENSUS = False  # the all-agree fast path (accepting unanimous drafts unverified) lost accuracy there
 
 
@@ -41,6 +43,7 @@ class RAGConfig:
     rerank_group: int = 10  # candidates the fine reranker scores per group
     rerank_patience: int = 2  # stop once the fine top-n_docs set is unchanged this many groups (math.inf: never)
     progressive_prefill: int = 0  # N > 0: prefill once the top set is stable N groups (pipeline/progressive.py)
+    clustering: str = DEFAULT_CLUSTERING  # "drafter" | "lexical": the vectors k-means groups (pipeline/clustering.py)
 
     def check(self) -> None:
         if self.n_docs < 1:
@@ -53,6 +56,7 @@ class RAGConfig:
             raise SpecRagError(f"fallback must be 'standard' or 'unanswerable' (got {self.fallback!r})")
         check_prompt_form(self.verifier_prompt)
         check_selection(self.selection)
+        check_clustering(self.clustering)
         check_lossless(self.proposer, self.tree_budget)
         check_rerank(self.rerank, self.reranker, self.n_coarse, self.rerank_group, self.rerank_patience)
         check_progressive(self.progressive_prefill, self.rerank, self.rerank_patience)

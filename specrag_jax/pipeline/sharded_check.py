@@ -11,7 +11,8 @@ import time
 
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.parallel.submesh import drafter_verifier_placements
-from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER, clustered_subsets, lexical_search
+from specrag_jax.pipeline.clustering import clustered_subsets
+from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER, lexical_search
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
 from specrag_jax.retrieval import Embedder, LexicalIndex, default_corpus
 

@@ -1,6 +1,6 @@
 """SpecRAG: the Python API of the whole pipeline and its baselines.
 
-speculative (the default method): retrieve -> question-conditioned embeddings -> k-means -> m subsets -> m drafts
+speculative (the default method): retrieve -> passage vectors (``clustering.py``) -> k-means -> m subsets -> m drafts
 in one batched generation -> one packed verifier pass (evidence-aware by default: each draft's own passages, or
 the paper's rho without documents; ``selection.py``) -> the selected draft, accepted when its confidence reaches
 tau_min, else the cascade's fallback (standard RAG through the lossless path, reusing the drafts: exactly the
@@ -23,11 +23,12 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.closed_set import ClosedSet
+from specrag_jax.pipeline.clustering import SubsetFn
 from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
 from specrag_jax.pipeline.lossless import lossless_speculation, needs_drafts, speculation_trace
 from specrag_jax.pipeline.progressive import ProgressivePrefill, require_prefix_cache
 from specrag_jax.pipeline.prompts import first_line
-from specrag_jax.pipeline.rag_config import DEFAULT_CONSENSUS, DEFAULT_SELECTION, DEFAULT_TAU_MIN, RAGConfig  # noqa: F401
+from specrag_jax.pipeline.rag_config import RAGConfig
 from specrag_jax.pipeline.reranking import Scorer, rerank_documents
 from specrag_jax.pipeline.selection import (
     ScoreOptions,
@@ -44,7 +45,6 @@ from specrag_jax.pipeline.verifier_prompts import answer_prompt, use_chat
 from specrag_jax.progress import NO_PROGRESS, Progress
 
 METHODS = ("speculative", "standard", "closed_book", "drafter_only", "random_draft", "lossless")
-SubsetFn = Callable[[str, list[dict], int, int, int], tuple[list[list[int]], dict]]
 SearchFn = Callable[[str, int], list[dict]]
 _AFTER_SEARCH = ("rerank_s", "prefill_wait_s")  # the stages of the retrieval span that are not the search
 

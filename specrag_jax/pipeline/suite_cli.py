@@ -79,6 +79,7 @@ def eval_config(args: argparse.Namespace, path: str, data: Dataset, rag: SpecRAG
         "tau_min": config.tau_min,
         "fallback": config.fallback,
         "consensus": config.consensus,
+        "clustering": config.clustering,
         "seed": config.seed,
         "verifier_prompt": config.verifier_prompt,
         "verifier_chat": rag.verifier_chat,

@@ -13,7 +13,7 @@ from specrag_jax.errors import SpecRagError
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``serve`` (its handler is ``args.serve_main``)."""
     from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
-    from specrag_jax.pipeline.specrag import DEFAULT_SELECTION, DEFAULT_TAU_MIN
+    from specrag_jax.pipeline.rag_config import DEFAULT_CLUSTERING, DEFAULT_SELECTION, DEFAULT_TAU_MIN
 
     p = sub.add_parser("serve", help="serve the models over HTTP (OpenAI-compatible + /v1/rag)")
     p.add_argument("--host", default="127.0.0.1")
@@ -62,6 +62,11 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=DEFAULT_TAU_MIN,
         help="/v1/rag's cascade floor in [0, 1] (0: always accept the selected draft)",
+    )
+    p.add_argument(
+        "--clustering",
+        default=DEFAULT_CLUSTERING,
+        help="how /v1/rag groups retrieved passages before drafting: drafter (embeddings) or lexical (TF-IDF)",
     )
     p.add_argument(
         "--warmup",
@@ -118,10 +123,11 @@ def _load(name: str, args: argparse.Namespace, seed: int, placement=None, adapte
 
 def build_service(args: argparse.Namespace):
     """Models, engines and the RAG resources for ``args`` (not started)."""
-    from specrag_jax.pipeline.factory import clustered_subsets, lexical_search
+    from specrag_jax.pipeline.clustering import subset_sampler
+    from specrag_jax.pipeline.factory import lexical_search
     from specrag_jax.pipeline.specrag import RAGConfig
     from specrag_jax.rerank.options import rerank_fields
-    from specrag_jax.retrieval import Embedder, LexicalIndex, default_corpus, load_corpus
+    from specrag_jax.retrieval import LexicalIndex, default_corpus, load_corpus
     from specrag_jax.serving.policy import SchedulerConfig
     from specrag_jax.serving.service import ServeConfig, Service
 
@@ -140,7 +146,13 @@ def build_service(args: argparse.Namespace):
     if args.request_timeout <= 0:
         raise SpecRagError(f"--request-timeout must be > 0 (got {args.request_timeout})")
     rag = RAGConfig(
-        n_docs=args.n_docs, m=args.m, k=args.k, selection=args.selection, tau_min=args.tau_min, **rerank_fields(args)
+        n_docs=args.n_docs,
+        m=args.m,
+        k=args.k,
+        selection=args.selection,
+        tau_min=args.tau_min,
+        clustering=args.clustering,
+        **rerank_fields(args),
     )
     rag.check()
     config = ServeConfig(
@@ -172,7 +184,7 @@ def build_service(args: argparse.Namespace):
     return Service(
         drafter,
         verifier,
-        subsets=clustered_subsets(Embedder(drafter)),
+        subsets=subset_sampler(rag.clustering, drafter),
         search=lexical_search(LexicalIndex.build(docs)),
         config=config,
         reranker=_reranker_factory(args, rag, placements.drafter),

@@ -20,8 +20,9 @@ from specrag_jax.models.speculative.decode import Speculation, check_can_specula
 from specrag_jax.models.speculative.ngram_proposer import NgramProposer
 from specrag_jax.models.speculative.tree import check_budget
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.clustering import SubsetFn
 from specrag_jax.pipeline.reranking import Scorer
-from specrag_jax.pipeline.specrag import RAGAnswer, RAGConfig, SearchFn, SpecRAG, SubsetFn
+from specrag_jax.pipeline.specrag import RAGAnswer, RAGConfig, SearchFn, SpecRAG
 from specrag_jax.serving.adapter import EngineTextModel, RequestContext
 from specrag_jax.serving.engine import Engine
 from specrag_jax.serving.engine_reranker import EngineReranker

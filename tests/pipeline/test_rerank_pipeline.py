@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.pipeline.clustering import clustered_subsets
 from specrag_jax.pipeline.evaluation import STAGE_KEYS, evaluate, load_questions, stage_seconds
-from specrag_jax.pipeline.factory import clustered_subsets, lexical_search
+from specrag_jax.pipeline.factory import lexical_search
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
 from specrag_jax.retrieval import Embedder, LexicalIndex
 from specrag_jax.retrieval.pooling import own_passage_recall, own_passages, passage_key, pool_file, pool_passages
@@ -189,3 +190,8 @@ def test_build_specrag_builds_the_reranker(monkeypatch, tiny_models, reranker, r
     assert loads == want + ([] if role else [("other-model", factory.pool_pages(1, 2048, extra))])
     none = factory.build_specrag("d", "v", corpus=docs, config=RAGConfig())
     assert none.reranker is None and loads[-2:] == [("d", None), ("v", None)]
+
+
+def test_unknown_clustering_is_refused():
+    with pytest.raises(SpecRagError, match="unknown clustering 'bert'; choose one of drafter, lexical"):
+        RAGConfig(clustering="bert").check()

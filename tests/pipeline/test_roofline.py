@@ -128,8 +128,8 @@ def test_eval_json_carries_the_roofline_of_every_method():
     out (so the first question usually is)."""
     from pathlib import Path
 
+    from specrag_jax.pipeline.clustering import clustered_subsets
     from specrag_jax.pipeline.evaluation import evaluate, load_questions
-    from specrag_jax.pipeline.factory import clustered_subsets
     from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
     from specrag_jax.retrieval import Embedder
     from specrag_jax.serving.tiny import tiny_text_model

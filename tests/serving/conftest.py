@@ -59,7 +59,8 @@ def rag_models():
 
 @pytest.fixture(scope="session")
 def rag_resources(rag_models):
-    from specrag_jax.pipeline.factory import clustered_subsets, lexical_search
+    from specrag_jax.pipeline.clustering import clustered_subsets
+    from specrag_jax.pipeline.factory import lexical_search
     from specrag_jax.retrieval import Embedder, LexicalIndex
 
     return clustered_subsets(Embedder(rag_models[0])), lexical_search(LexicalIndex.build(DOCS))
