@@ -48,8 +48,8 @@ def plain_speculative(predictions: list[dict], rows: list[dict]) -> dict:
     return {"accuracy": sum(correct) / len(spec), "latency_s": statistics.fmean(latency)}
 
 
-def alternative(res: dict, rows: list[dict], standard_s: float) -> dict:
-    """Speculative RAG under another clustering: the cascade, plain speculative and both ratios to standard."""
+def speculative_part(res: dict, rows: list[dict], standard_s: float) -> dict:
+    """One run's speculative RAG: the cascade, plain speculative, selection options and both ratios to standard."""
     spec = res["methods"]["speculative"]
     plain = plain_speculative(res["predictions"], rows)
     return {
@@ -62,7 +62,6 @@ def alternative(res: dict, rows: list[dict], standard_s: float) -> dict:
         },
         "plain_speculative": plain,
         "selection": res["selection"],
-        "roofline": spec["roofline"],
         "ratio_cascade_vs_standard": spec["latency_s"]["mean"] / standard_s,
         "ratio_plain_vs_standard": plain["latency_s"] / standard_s,
     }
@@ -136,8 +135,7 @@ def main() -> None:
         if args.warmup:
             evaluate(rag, rows[: args.warmup], ["standard", "speculative"], progress=False, corpus=corpus)
         res = evaluate(rag, rows, ["standard", "speculative"], progress=False, corpus=corpus)
-        std, spec = res["methods"]["standard"], res["methods"]["speculative"]
-        plain = plain_speculative(res["predictions"], rows)
+        std = res["methods"]["standard"]
         entry = {
             "n_docs": n,
             "standard_prompt_tokens": std["tokens"]["verifier_prefill_tokens"] / len(rows),
@@ -146,37 +144,31 @@ def main() -> None:
                 "latency_s": std["latency_s"]["mean"],
                 "stages_s": std["stages_s"],
             },
-            "speculative": {
-                "accuracy": spec["accuracy"],
-                "latency_s": spec["latency_s"]["mean"],
-                "stages_s": spec["stages_s"],
-                "cascade": spec["cascade"],
-                "tokens_per_question": spec["tokens"]["per_question"],
-            },
-            "plain_speculative": plain,
-            "selection": res["selection"],
+            **speculative_part(res, rows, std["latency_s"]["mean"]),
             "recall_own_passages": std.get("recall_own_passages"),
             "roofline": {m: res["methods"][m]["roofline"] for m in ("standard", "speculative")},
             "roofline_peaks": res["roofline_peaks"],
         }
-        entry["ratio_cascade_vs_standard"] = entry["speculative"]["latency_s"] / entry["standard"]["latency_s"]
-        entry["ratio_plain_vs_standard"] = plain["latency_s"] / entry["standard"]["latency_s"]
         entry["clustering_alternatives"] = {}
         for name in others:
             rag.subsets_fn, rag.config.clustering = samplers[name], name
             if args.warmup:
                 evaluate(rag, rows[: args.warmup], ["speculative"], progress=False, corpus=corpus)
             alt = evaluate(rag, rows, ["speculative"], progress=False, corpus=corpus)
-            entry["clustering_alternatives"][name] = alternative(alt, rows, entry["standard"]["latency_s"])
+            part = speculative_part(alt, rows, entry["standard"]["latency_s"])
+            entry["clustering_alternatives"][name] = {**part, "roofline": alt["methods"]["speculative"]["roofline"]}
         sizes.append(entry)
         write(args, rows, rag, corpus, sizes)  # after every size: a cut-short run keeps what it measured
-        print(
-            f"{n:3d} passages, {entry['standard_prompt_tokens']:.0f} tokens: standard {std['accuracy']:.2f} "
-            f"{entry['standard']['latency_s']:.1f}s | cascade {spec['accuracy']:.2f} "
-            f"{entry['speculative']['latency_s']:.1f}s ({entry['ratio_cascade_vs_standard']:.2f}x) | plain "
-            f"{plain['accuracy']:.2f} {plain['latency_s']:.1f}s ({entry['ratio_plain_vs_standard']:.2f}x)",
-            flush=True,
-        )
+        line = f"{n:3d} passages, {entry['standard_prompt_tokens']:.0f} tokens: standard {std['accuracy']:.2f} "
+        line += f"{entry['standard']['latency_s']:.1f}s"
+        for name, part in [(args.clustering, entry), *entry["clustering_alternatives"].items()]:
+            spec, plain = part["speculative"], part["plain_speculative"]
+            line += (
+                f" | {name}: cascade {spec['accuracy']:.2f} {spec['latency_s']:.1f}s "
+                f"({part['ratio_cascade_vs_standard']:.2f}x), plain {plain['accuracy']:.2f} "
+                f"{plain['latency_s']:.1f}s ({part['ratio_plain_vs_standard']:.2f}x)"
+            )
+        print(line, flush=True)
 
 
 def write(args: argparse.Namespace, rows: list[dict], rag, corpus: list[dict], sizes: list[dict]) -> None:
