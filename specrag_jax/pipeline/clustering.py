@@ -53,7 +53,8 @@ def clustered_subsets(embedder: Embedder) -> SubsetFn:
 
     def subsets(question: str, docs: list[dict], k: int, m: int, seed: int) -> tuple[list[list[int]], dict]:
         points = embedder.embed_for_question(question, docs)
-        return subsets_from_points(points, k, m, seed, {f"clustering_{k}": v for k, v in embedder.last_call.items()})
+        counts = {f"clustering_{key}": v for key, v in embedder.last_call.items()}  # the roofline reads them
+        return subsets_from_points(points, k, m, seed, counts)
 
     return subsets
 

@@ -3,7 +3,8 @@ peaks (public contract: ``roofline: {STAGE: {"measured_s", "bound_s", "ratio"}}`
 the eval JSON).
 
 Stages and the trace counts they read (``models/executor/cost.py`` turns counts into FLOPs and bytes):
-- ``clustering``: the drafter's question-conditioned embedding pass (a tree per step: question + documents);
+- ``clustering``: the drafter's question-conditioned embedding pass (a tree per step: question + documents; with
+  ``--clustering drafter`` only: lexical clustering runs no model and has no row);
 - ``drafting``: the drafter's prefill of every subset prompt and the drafts' batched decode steps;
 - ``verification`` / ``evidence_verification``: one packed tree pass of the verifier (drafts; drafts with
   their passages);

@@ -3,7 +3,7 @@
 Why. Clustering only has to group the retrieved passages by what they say, so that each draft's subset takes
 one passage from every group (``retrieval.subsets``). The drafter's question-conditioned embeddings
 (``Embedder.embed_for_question``) do this with a forward pass over every passage: 1.6 s of a 10-passage
-question and 4.5-7.4 s of a 40-passage one on this CPU (``benchmarks/results/long_context.json``), about a
+question and 4.5-14.5 s of a 40-passage one on this CPU (``benchmarks/results/long_context.json``), about a
 quarter of plain speculative RAG's time at 40 passages. Word statistics cost microseconds.
 
 How. Terms are the lexical index's own (``lexical.tokenize``: lower-cased, stop words removed, stemmed).
