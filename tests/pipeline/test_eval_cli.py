@@ -39,7 +39,7 @@ def test_eval_json_contract(smol_eval):
     assert res["config"]["m"] == 2 and res["config"]["offset"] == 0
     assert res["config"]["drafter_adapter"] == "smollm2-rag-drafter"  # the drafter's shipped default
     assert res["config"]["selection"] in ("rho", "evidence", "rho+agg", "evidence+agg")
-    assert res["config"]["clustering"] in ("drafter", "lexical")
+    assert res["config"]["clustering"] == "lexical"  # the default: passages clustered by their words
     assert set(res["selection"]) == {"rho", "evidence", "rho+agg", "evidence+agg", "oracle"}
     cascade = res["methods"]["speculative"]["cascade"]
     assert cascade["n"] == 2 and cascade["accepted"] + cascade["fallback"] == 2
