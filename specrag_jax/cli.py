@@ -10,11 +10,8 @@ from typing import Sequence
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.loading.registry import DEFAULT_MODEL, KNOWN_MODELS
 from specrag_jax.pipeline.holdout import add_split_options, split_rows
+from specrag_jax.pipeline.rag_cli import add_quiet, add_rag_options, build_rag, rag_config_from_args
 from specrag_jax.progress import NO_PROGRESS, Progress, StderrProgress, quiet_library_logs, stage
-
-
-def _add_quiet(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-q", "--quiet", action="store_true", help="no stage progress on stderr")
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +42,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         "is the model's own (greedy: identical), in fewer steps",
     )
     p.add_argument("--spec-budget", type=int, default=16, help="largest token tree per step: 8, 16, 32 or 64")
-    _add_quiet(p)
+    add_quiet(p)
     from specrag_jax.parallel.cli import add_mesh_arguments
 
     add_mesh_arguments(p, groups=False)
@@ -145,165 +142,13 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_rag_options(p: argparse.ArgumentParser) -> None:
-    from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
-    from specrag_jax.pipeline.rag_config import (
-        DEFAULT_CLUSTERING,
-        DEFAULT_CONSENSUS,
-        DEFAULT_SELECTION,
-        DEFAULT_TAU_MIN,
-    )
-
-    p.add_argument("--drafter", default=DEFAULT_DRAFTER)
-    p.add_argument(
-        "--drafter-adapter",
-        default=None,
-        metavar="DIR",
-        help="a `specrag train --out` folder, a `specrag export-adapter` folder, a shipped adapter's "
-        "name, or 'none': merged into the drafter at load (default: the drafter's shipped tuned "
-        "adapter, smollm2-rag-drafter for smollm2-135m-instruct)",
-    )
-    p.add_argument("--verifier", default=DEFAULT_VERIFIER)
-    p.add_argument(
-        "--max-seq-len",
-        type=int,
-        default=2048,
-        help="context of both models in tokens (up to the model's own limit; pages follow it)",
-    )
-    p.add_argument("--n-docs", type=int, default=10, help="documents retrieved (or read from the passages)")
-    p.add_argument("--m", type=int, default=5, help="number of drafts")
-    p.add_argument("--k", type=int, default=2, help="number of clusters (one document per cluster per draft)")
-    p.add_argument("--normalize", default="mean", choices=["sum", "mean"], help="score: raw or per-token mean")
-    p.add_argument("--terms", default="draft,sc,sr", help="rho's score terms (ablations), e.g. draft,sc")
-    p.add_argument(
-        "--selection",
-        default=DEFAULT_SELECTION,
-        help="how the verifier picks a draft: rho (question + draft only, the paper's), evidence (each "
-        "draft with its own passages), rho+agg or evidence+agg (agreeing answers pool their scores)",
-    )
-    p.add_argument(
-        "--tau-min",
-        default=DEFAULT_TAU_MIN,
-        help="the cascade's confidence floor in [0, 1]: below it the answer comes from --fallback "
-        "(0 or 'none': always accept the selected draft)",
-    )
-    p.add_argument("--fallback", default="standard", choices=["standard", "unanswerable"])
-    p.add_argument(
-        "--clustering",
-        default=DEFAULT_CLUSTERING,
-        help="how retrieved passages are grouped before drafting: drafter (the drafter's question-"
-        "conditioned embeddings, a forward pass) or lexical (hashed TF-IDF of their words, no model pass)",
-    )
-    p.add_argument(
-        "--consensus",
-        dest="consensus",
-        action="store_true",
-        default=DEFAULT_CONSENSUS,
-        help="accept unanimous drafts without verification (the consensus fast path; off by default: "
-        "chosen on the train split)",
-    )
-    p.add_argument("--no-consensus", dest="consensus", action="store_false", help="always verify (the default)")
-    p.add_argument(
-        "--verifier-prompt",
-        default="auto",
-        choices=["auto", "chat", "plain"],
-        help="verifier prompts through its chat template (auto: when it is instruction-tuned)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--proposer", default="both", help="lossless method's proposals: ngram, drafts or both")
-    p.add_argument(
-        "--spec-budget",
-        type=int,
-        default=16,
-        help="lossless method's largest token tree per verifier step: 8, 16, 32 or 64",
-    )
-    from specrag_jax.rerank.options import add_rerank_arguments
-
-    add_rerank_arguments(p)
-    _add_quiet(p)
-    from specrag_jax.parallel.cli import add_mesh_arguments
-
-    add_mesh_arguments(p)
-
-
-def _build_rag(args: argparse.Namespace, corpus, config):
-    """build_specrag with the drafter/verifier placements from --mesh / --drafter-devices / --verifier-devices."""
-    from specrag_jax.parallel.cli import placements_from_args
-    from specrag_jax.pipeline.factory import build_specrag
-
-    placements = placements_from_args(args)
-    progress: Progress = args.progress
-    with stage(progress, "loading") as detail:
-        rag = build_specrag(
-            args.drafter,
-            args.verifier,
-            corpus,
-            config,
-            kv_dir=args.kv_store,
-            drafter_adapter=args.drafter_adapter,
-            max_seq_len=args.max_seq_len,
-            drafter_placement=placements.drafter,
-            verifier_placement=placements.verifier,
-        )
-        detail.append(
-            f"drafter {args.drafter} {getattr(rag.drafter, 'load_s', 0.0):.1f} s, verifier "
-            f"{args.verifier} {getattr(rag.verifier, 'load_s', 0.0):.1f} s, BM25 index over "
-            f"{args.corpus or 'the built-in corpus'}; in all"
-        )
-    return rag
-
-
-def _tau(value: str | float | None) -> float | None:
-    """--tau-min: a float in [0, 1] (checked by RAGConfig), or 0 / 'none' for no fallback."""
-    if value is None or str(value).lower() == "none":
-        return None
-    try:
-        tau = float(value)
-    except ValueError:
-        raise SpecRagError(f"--tau-min must be a number in [0, 1] or 'none' (got {value!r})") from None
-    return tau or None
-
-
-def _rag_config(args: argparse.Namespace):
-    from specrag_jax.pipeline.selection import ScoreOptions
-    from specrag_jax.pipeline.specrag import RAGConfig
-    from specrag_jax.rerank.options import rerank_fields
-
-    scores = ScoreOptions(normalize=args.normalize, terms=tuple(t for t in args.terms.split(",") if t))
-    if args.max_seq_len < 64:
-        raise SpecRagError(f"--max-seq-len must be >= 64 tokens (got {args.max_seq_len})")
-    cfg = RAGConfig(
-        n_docs=args.n_docs,
-        m=args.m,
-        k=args.k,
-        scores=scores,
-        selection=args.selection,
-        tau_min=_tau(args.tau_min),
-        fallback=args.fallback,
-        consensus=args.consensus,
-        clustering=args.clustering,
-        seed=args.seed,
-        verifier_prompt=args.verifier_prompt,
-        proposer=args.proposer,
-        tree_budget=args.spec_budget,
-        **rerank_fields(args),
-    )
-    cfg.check()
-    if cfg.progressive_prefill:  # refused before loading models (pipeline/progressive.py)
-        raise SpecRagError(
-            "--progressive-prefill needs the serving engines' prefix cache (specrag serve); ask and "
-            "eval run the direct executor, which has none"
-        )
-    return cfg
-
-
 def _add_ask(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ask", help="answer a question with Speculative RAG")
     p.add_argument("question")
     p.add_argument("--corpus", default=None, help="JSON-lines file or folder of text files (default: built-in)")
     p.add_argument("--method", default="speculative")
     p.add_argument("--json", action="store_true", help="print the answer object as JSON")
-    _add_rag_options(p)
+    add_rag_options(p)
 
 
 def _ask(args: argparse.Namespace) -> int:
@@ -317,7 +162,7 @@ def _ask(args: argparse.Namespace) -> int:
     from specrag_jax.machine_peaks import peaks_once
     from specrag_jax.pipeline.roofline import answer_roofline
 
-    rag = _build_rag(args, args.corpus, _rag_config(args))
+    rag = build_rag(args, args.corpus, rag_config_from_args(args))
     rag.progress = args.progress
     with CompileClock() as clock:
         result = rag.answer(args.question, None, args.method)
@@ -382,7 +227,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         help="the metric and the paper's --n-docs/--m/--k defaults (default: from the format and fields; "
         "an unknown task is a one-line error)",
     )
-    _add_rag_options(p)
+    add_rag_options(p)
     p.set_defaults(n_docs=None, m=None, k=None)  # filled from the task's defaults in _eval
 
 
@@ -406,7 +251,7 @@ def _eval(args: argparse.Namespace) -> int:
         return eval_suite(
             args,
             stop,
-            lambda: _build_rag(args, None, _rag_config(args)),
+            lambda: build_rag(args, None, rag_config_from_args(args)),
             lambda rows, path: _pick_rows(args, rows, path),
         )
     args.data = args.data[0]
@@ -415,9 +260,9 @@ def _eval(args: argparse.Namespace) -> int:
         setattr(args, name, value)
     rows = _pick_rows(args, data.rows, args.data)
     methods = [m for m in args.methods.split(",") if m]
-    config = _rag_config(args)
+    config = rag_config_from_args(args)
     corpus = None if args.corpus is None else load_corpus(args.corpus)  # a bad corpus fails before loading
-    rag = _build_rag(args, corpus, config)
+    rag = build_rag(args, corpus, config)
     results = evaluate(rag, rows, methods, progress=not (args.json or args.quiet), corpus=corpus)
     predictions = results.pop("predictions")
     results["config"] = eval_config(args, args.data, data, rag, config)
