@@ -43,11 +43,11 @@ def hashed_tfidf(texts: Sequence[str], dim: int = DEFAULT_DIM) -> np.ndarray:
     counts = [Counter(terms) for terms in tokenize(texts)]
     df = Counter(term for c in counts for term in c)
     n = len(texts)
+    weight = {term: (*term_bucket(term, dim), np.log((1.0 + n) / (1.0 + d)) + 1.0) for term, d in df.items()}
     out = np.zeros((n, dim), np.float32)
     for row, c in enumerate(counts):
         for term, tf in c.items():
-            b, sign = term_bucket(term, dim)
-            idf = np.log((1.0 + n) / (1.0 + df[term])) + 1.0
+            b, sign, idf = weight[term]  # each term hashed and weighed once, not once per text
             out[row, b] += sign * (1.0 + np.log(tf)) * idf
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return out / np.where(norms > 0, norms, 1.0)
