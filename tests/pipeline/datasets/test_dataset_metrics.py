@@ -10,7 +10,7 @@ import pytest
 
 from specrag_jax.cli import main
 from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline import evaluation
+from specrag_jax.pipeline import evaluation, suite  # noqa: F401  suite: imported here, it binds the real evaluate
 from specrag_jax.pipeline.datasets import TASKS, score_answer, task_defaults
 from specrag_jax.pipeline.datasets.metrics import contains_answer
 from specrag_jax.pipeline.evaluation import is_correct, load_questions
@@ -125,7 +125,7 @@ def stub_eval(monkeypatch):
         seen["rows"] = rows
         return {"methods": {}, "predictions": []}
 
-    monkeypatch.setattr("specrag_jax.cli._build_rag", lambda args, corpus, config: _StubRag())
+    monkeypatch.setattr("specrag_jax.cli.build_rag", lambda args, corpus, config: _StubRag())
     monkeypatch.setattr(evaluation, "evaluate", evaluate)
     return seen
 
