@@ -10,7 +10,14 @@ import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import pages_needed
-from specrag_jax.models.executor.packing import Chunk, bucket, token_count_bucket, token_count_buckets
+from specrag_jax.models.executor.packing import (
+    Chunk,
+    bucket,
+    seq_count_bucket,
+    seq_count_buckets,
+    token_count_bucket,
+    token_count_buckets,
+)
 from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.models.sampling.params import SamplingParams
@@ -287,7 +294,8 @@ class Generator:
                     pending.remove(i)
                 s.prefilled += n
                 budget -= n
-            ids, lps = self._run(chunks, seqs, rows_seq)
+            # rows padded to the sequence bucket: a step with a partial prompt has the shape warm-up compiled
+            ids, lps = self._run(chunks, seqs, rows_seq, min_seqs=bucket(len(chunks)))
             for i, tok, lp in zip(rows_seq, ids, lps):
                 self._accept(seqs[i], i, int(tok), float(lp), max_new, stop_fn)
 
@@ -295,7 +303,7 @@ class Generator:
         self, seqs: list[_Seq], max_new: int, stop_fn: StopFn | None, speculation: Speculation | None
     ) -> list[SpeculationStats | None]:
         # The batch keeps its first bucket while sequences finish: one compiled decode shape per generation.
-        width = bucket(sum(s.finish is None for s in seqs))
+        width = seq_count_bucket(sum(s.finish is None for s in seqs))
         if speculation is None:
             while any(s.finish is None for s in seqs):
                 self._decode_step([i for i, s in enumerate(seqs) if s.finish is None], seqs, max_new, stop_fn, width)
@@ -334,9 +342,9 @@ class Generator:
             max_p = page_bucket(pages_needed(max_prompt_len + max_new_tokens, r.page_size))
             p_buckets = sorted({page_bucket(1 << k) for k in range(max_p.bit_length())})
             t_buckets = token_count_buckets(r.min_token_bucket, budget)
-            for s in (1 << k for k in range(bucket(largest).bit_length())):
-                for p in p_buckets:
-                    shapes.add((s, s, p, True))
+            for p in p_buckets:
+                shapes.update((s, s, p, True) for s in seq_count_buckets(largest))  # decode widths
+                for s in (1 << k for k in range(bucket(largest).bit_length())):  # prefill: powers of two
                     shapes.update((t, s, p, False) for t in t_buckets if t >= 2 * s)
         for t, s, p, decode in sorted(shapes):
             fake = Chunk([0] * p, 0, [0] if decode else [0, 0], write=False, rows=[0])

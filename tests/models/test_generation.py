@@ -90,6 +90,28 @@ def test_no_recompilation_after_warmup(model):
     assert compiles == []
 
 
+def test_no_recompilation_after_warmup_for_batches(model):
+    """Warm-up enumerates the decode widths (exact up to 8 sequences) and the prefill sequence buckets."""
+    r = runner(model, max_seq_len=128, num_pages=96)
+    gen = Generator(r, max_prefill_tokens=64)
+    gen.warmup(max_prompt_len=40, max_new_tokens=4, batch_sizes=(5,))
+    compiles: list[str] = []
+
+    def listener(name, _duration, **_kw):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiles.append(name)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        rng = np.random.default_rng(1)
+        for n in (5, 3, 2, 5):
+            prompts = [list(rng.integers(3, 90, size=int(k))) for k in rng.integers(1, 41, size=n)]
+            gen.generate(prompts, max_new_tokens=4)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []
+
+
 def test_sampling_is_seeded_and_batch_invariant(model):
     r = runner(model)
     sp = SamplingParams(temperature=0.9, top_k=30, top_p=0.9, seed=7)

@@ -1,7 +1,8 @@
 """Packing: the new tokens of several sequences (chunks) into one bucketed step's host arrays.
 
 A *chunk* is the new tokens of one sequence in a step (a prompt piece, one decode token, or a token tree
-for verification). Sequence count and page-table width are padded to powers of two; the token count follows
+for verification). Sequence count and page-table width are padded to powers of two (a caller's ``min_seqs``
+that covers the chunks is kept as given: ``seq_count_bucket``'s decode widths); the token count follows
 ``token_count_bucket``'s ladder (powers of two up to 256, then sixteenths of the next power of two), so the number
 of compiled programs stays small and fixed while a long step wastes at most 1/9 of its tokens on padding.
 """
@@ -36,6 +37,33 @@ def token_count_bucket(n: int, minimum: int = 1) -> int:
         return p
     step = p // 16
     return -(-n // step) * step
+
+
+EXACT_SEQ_COUNTS = 8  # decode batches up to this many sequences run unpadded
+
+
+def seq_count_bucket(n: int) -> int:
+    """Rows of a decode batch of ``n`` sequences: ``n`` itself up to 8, then powers of two and the 1.5x between
+    them (12, 16, 24, 32, ..), so padding wastes under a third. Every padded row costs a decode step its share
+    of attention (measured: five drafts on eight rows paid for eight)."""
+    n = max(n, 1)
+    if n <= EXACT_SEQ_COUNTS:
+        return n
+    p = bucket(n)
+    return p * 3 // 4 if n <= p * 3 // 4 else p
+
+
+def seq_count_buckets(hi: int) -> list[int]:
+    """Every ``seq_count_bucket`` value up to ``hi``'s (warm-up enumerations)."""
+    out = [1]
+    while out[-1] < seq_count_bucket(hi):
+        out.append(seq_count_bucket(out[-1] + 1))
+    return out
+
+
+def _padded(n: int, minimum: int) -> int:
+    """``minimum`` when it covers ``n`` (the caller's own bucket), else the next power of two."""
+    return minimum if n <= minimum else bucket(n)
 
 
 def token_count_buckets(lo: int, hi: int) -> list[int]:
@@ -91,15 +119,15 @@ def pack_chunks(
 ) -> PackedStep:
     """Pad and pack chunks into one step's arrays (numpy); ``num_slots`` = pool pages x page size.
 
-    ``min_seqs`` pads the sequence and row counts to at least that many (keeps a shrinking decode batch on
-    one compiled shape).
+    ``min_seqs`` pads the sequence and row counts to exactly that many when they fit (keeps a shrinking decode
+    batch on one compiled shape), else to the next power of two.
     """
 
     if not chunks:
         raise SpecRagError("a step needs at least one chunk")
     total = sum(len(c.tokens) for c in chunks)
     t_pad = token_bucket or token_count_bucket(total, min_token_bucket)
-    s_pad = bucket(max(len(chunks), min_seqs))
+    s_pad = _padded(len(chunks), min_seqs)
     widest = max(max(len(c.pages), 1) for c in chunks)
     p_pad = min(bucket(widest, min_page_bucket), max_page_bucket)
     drop = num_slots  # any slot >= this is not written
@@ -135,7 +163,7 @@ def pack_chunks(
             write_slots[start:end] = page_ids * page_size + logical % page_size
         rows.extend(start + int(r) for r in c.rows)
         start = end
-    r_pad = bucket(max(len(rows), min_seqs))
+    r_pad = _padded(len(rows), min_seqs)
     row_arr = np.zeros(r_pad, np.int32)
     row_arr[: len(rows)] = rows
     meta = AttentionMetadata(
