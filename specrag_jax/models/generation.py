@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -59,6 +59,20 @@ class _Seq:
     logprobs: list[float] = dataclasses.field(default_factory=list)
     prefilled: int = 0
     finish: str | None = None
+
+
+def finish_reason(
+    token: int, out: list[int], row: int, eos_ids: Collection[int], stop_fn: StopFn | None, max_new: int
+) -> str | None:
+    """Why a sequence whose newest token is ``token`` (already appended to ``out``) ends: "eos", "stop" (``stop_fn``
+    of its ``row``), "length" (``max_new`` tokens), or None. The one rule of the Generator and the serving engine."""
+    if token in eos_ids:
+        return "eos"
+    if stop_fn is not None and stop_fn(row, out):
+        return "stop"
+    if len(out) >= max_new:
+        return "length"
+    return None
 
 
 def next_phase_prompt(
@@ -254,12 +268,7 @@ class Generator:
     def _accept(self, seq: _Seq, row: int, token: int, logprob: float, max_new: int, stop_fn: StopFn | None):
         seq.out.append(int(token))
         seq.logprobs.append(float(logprob))
-        if token in self.eos_ids:
-            seq.finish = "eos"
-        elif stop_fn is not None and stop_fn(row, seq.out):
-            seq.finish = "stop"
-        elif len(seq.out) >= max_new:
-            seq.finish = "length"
+        seq.finish = finish_reason(int(token), seq.out, row, self.eos_ids, stop_fn, max_new)
 
     def _run(
         self,

@@ -25,11 +25,11 @@ from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.models.speculative.decode import propose
 from specrag_jax.models.speculative.tree import (
-    TREE_BUDGETS,
     TokenTree,
     build_tree,
     count_trie_nodes,
     fit_budget,
+    largest_fitting_budget,
     pad_tree,
     stack_trees,
 )
@@ -92,8 +92,7 @@ class SpecPlanner:
         """The largest tree budget within the request's cap that the sequence's pages and context hold."""
         r = self.state.runner
         slots = min(len(s.pages) * r.page_size, r.max_seq_len)
-        fits = [b for b in TREE_BUDGETS if b <= s.req.speculation.max_budget and kv_len + b <= slots]
-        return fits[-1] if fits else None
+        return largest_fitting_budget(kv_len, slots, s.req.speculation.max_budget)
 
     def plan(self, decoding: list[Seq]) -> SpecWork | None:
         """The speculation step for the ready sequences among ``decoding``, or None (nothing ready, or no tree

@@ -17,7 +17,7 @@ import numpy as np
 
 from specrag_jax.models.executor.packing import Chunk, bucket
 from specrag_jax.models.executor.runner import ModelRunner
-from specrag_jax.models.generation import next_phase_prompt
+from specrag_jax.models.generation import finish_reason, next_phase_prompt
 from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.models.speculative.decode import SpeculationStats
 from specrag_jax.serving.engine_state import EngineState
@@ -225,12 +225,7 @@ class StepBuilder:
             except Exception:  # a broken listener must not stop the engine
                 req.on_token = None
         limit, stop_fn = req.phase_limit(s)
-        if token in eng.eos_ids:
-            s.finish = "eos"
-        elif stop_fn is not None and stop_fn(s.branch, s.out):
-            s.finish = "stop"
-        elif len(s.out) >= limit:
-            s.finish = "length"
+        s.finish = finish_reason(token, s.out, s.branch, eng.eos_ids, stop_fn, limit)
         if s.finish is not None:
             s.finished_at = now
             if s.phase < len(req.phases) - 1:

@@ -10,7 +10,7 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import tiny_config
 from specrag_jax.models.decoder.transformer import init_params
 from specrag_jax.models.executor.runner import Chunk, ModelRunner
-from specrag_jax.models.generation import Generator, Phase, greedy_generate
+from specrag_jax.models.generation import Generator, Phase, finish_reason, greedy_generate
 from specrag_jax.models.sampling.params import SamplingParams
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [3, 4], [20 + i for i in range(13)]]
@@ -236,3 +236,13 @@ def test_phases_release_pages_when_a_phase_fails(model):
     assert r.allocator.num_free == r.allocator.num_usable
     with pytest.raises(SpecRagError, match="max_new_tokens"):
         gen.generate_phases([3], [[4]], [Phase(2), Phase(0)])
+
+
+def test_finish_reason_order_eos_then_stop_then_length():
+    """The one stop rule (Generator and serving engine): EOS wins over a stop condition, which wins over length."""
+    stop_at_7 = lambda _row, out: out[-1] == 7  # noqa: E731
+    assert finish_reason(2, [5, 2], 0, {2}, stop_at_7, 2) == "eos"
+    assert finish_reason(7, [5, 7], 0, {2}, stop_at_7, 2) == "stop"
+    assert finish_reason(6, [5, 6], 0, {2}, stop_at_7, 2) == "length"
+    assert finish_reason(6, [5, 6], 0, {2}, None, 3) is None
+    assert finish_reason(6, [6], 1, (), lambda row, _out: row == 1, 3) == "stop"  # the row is passed through

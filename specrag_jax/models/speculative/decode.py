@@ -21,7 +21,15 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import pages_needed
 from specrag_jax.models.executor.packing import Chunk
 from specrag_jax.models.sampling.batch import SamplingBatch
-from specrag_jax.models.speculative.tree import TREE_BUDGETS, build_tree, check_budget, count_trie_nodes, stack_trees
+from specrag_jax.models.speculative.tree import (
+    TREE_BUDGETS,
+    build_tree,
+    check_budget,
+    count_trie_nodes,
+    fit_budget,
+    largest_fitting_budget,
+    stack_trees,
+)
 
 ProposerFn = Callable[[Sequence[int]], list[list[int]]]
 
@@ -150,10 +158,8 @@ def _budget(runner, seqs, active: list[int], largest: int, max_budget: int) -> i
     if largest == 0:
         return None
     kv_end = max(len(seqs[i].prompt) + len(seqs[i].out) - 1 for i in active)
-    fits = [b for b in TREE_BUDGETS if b <= max_budget and kv_end + b <= runner.max_seq_len]
-    if not fits:
-        return None
-    return next((b for b in fits if b >= largest + 1), fits[-1])
+    room = largest_fitting_budget(kv_end, runner.max_seq_len, max_budget)
+    return None if room is None else fit_budget(largest, room)
 
 
 def _grow_pages(runner, s: _Sequence, slots: int) -> None:

@@ -70,6 +70,13 @@ def fit_budget(num_nodes: int, max_budget: int = TREE_BUDGETS[-1]) -> int:
     return next((b for b in TREE_BUDGETS if b >= num_nodes + 1 and b <= max_budget), max_budget)
 
 
+def largest_fitting_budget(kv_end: int, slots: int, max_budget: int) -> int | None:
+    """The largest budget within ``max_budget`` whose tree, written from K/V slot ``kv_end``, ends within
+    ``slots`` (the context or the pages held); None when none fits. The Generator and the engine both use it."""
+    fits = [b for b in TREE_BUDGETS if b <= max_budget and kv_end + b <= slots]
+    return fits[-1] if fits else None
+
+
 def count_trie_nodes(proposals: Sequence[Sequence[int]]) -> int:
     """Distinct non-empty prefixes among the proposals (the trie's node count, uncapped)."""
     return len({tuple(int(t) for t in p[: i + 1]) for p in proposals for i in range(len(p))})

@@ -15,6 +15,7 @@ from specrag_jax.models.speculative.tree import (
     build_tree,
     count_trie_nodes,
     fit_budget,
+    largest_fitting_budget,
     stack_trees,
 )
 
@@ -138,3 +139,16 @@ def test_random_tries_keep_invariants(props, budget):
 def test_negative_token_without_vocab():
     with pytest.raises(SpecRagError, match="proposed token must be >= 0"):
         build_tree([[-1]], root_token=0, budget=8)
+
+
+@given(st.integers(0, 300), st.integers(0, 300), st.sampled_from(TREE_BUDGETS))
+@settings(max_examples=200, deadline=None)
+def test_largest_fitting_budget_is_the_largest_that_fits(kv_end, slots, max_budget):
+    """The budget rule the Generator and the serving engine share: the largest budget under the cap that fits."""
+    got = largest_fitting_budget(kv_end, slots, max_budget)
+    if got is None:
+        assert kv_end + TREE_BUDGETS[0] > slots  # not even the smallest tree fits
+    else:
+        assert got in TREE_BUDGETS and got <= max_budget and kv_end + got <= slots
+        nxt = TREE_BUDGETS.index(got) + 1
+        assert nxt == len(TREE_BUDGETS) or TREE_BUDGETS[nxt] > max_budget or kv_end + TREE_BUDGETS[nxt] > slots
