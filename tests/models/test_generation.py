@@ -70,10 +70,8 @@ def test_incremental_decode_matches_full_sequence_scoring(model):
     np.testing.assert_allclose(full, res.logprobs, atol=1e-5)
 
 
-def test_no_recompilation_after_warmup(model):
-    r = runner(model, max_seq_len=256, num_pages=80)
-    gen = Generator(r, max_prefill_tokens=64)
-    gen.warmup(max_prompt_len=100, max_new_tokens=5)
+def _compiles(calls) -> int:
+    """Backend compilations while running ``calls`` (0 after a complete warm-up)."""
     compiles: list[str] = []
 
     def listener(name, _duration, **_kw):
@@ -82,12 +80,22 @@ def test_no_recompilation_after_warmup(model):
 
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
-        rng = np.random.default_rng(0)
-        for length in rng.integers(1, 101, size=20):
-            gen.generate([list(rng.integers(3, 90, size=int(length)))], max_new_tokens=5)
+        calls()
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
-    assert compiles == []
+    return len(compiles)
+
+
+def test_no_recompilation_after_warmup(model):
+    r = runner(model, max_seq_len=256, num_pages=80)
+    gen = Generator(r, max_prefill_tokens=64)
+    gen.warmup(max_prompt_len=100, max_new_tokens=5)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 101, size=20)
+    assert (
+        _compiles(lambda: [gen.generate([list(rng.integers(3, 90, size=int(n)))], max_new_tokens=5) for n in lengths])
+        == 0
+    )
 
 
 def test_no_recompilation_after_warmup_for_batches(model):
@@ -95,21 +103,9 @@ def test_no_recompilation_after_warmup_for_batches(model):
     r = runner(model, max_seq_len=128, num_pages=96)
     gen = Generator(r, max_prefill_tokens=64)
     gen.warmup(max_prompt_len=40, max_new_tokens=4, batch_sizes=(5,))
-    compiles: list[str] = []
-
-    def listener(name, _duration, **_kw):
-        if name == "/jax/core/compile/backend_compile_duration":
-            compiles.append(name)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        rng = np.random.default_rng(1)
-        for n in (5, 3, 2, 5):
-            prompts = [list(rng.integers(3, 90, size=int(k))) for k in rng.integers(1, 41, size=n)]
-            gen.generate(prompts, max_new_tokens=4)
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-    assert compiles == []
+    rng = np.random.default_rng(1)
+    batches = [[list(rng.integers(3, 90, size=int(k))) for k in rng.integers(1, 41, size=n)] for n in (5, 3, 2, 5)]
+    assert _compiles(lambda: [gen.generate(prompts, max_new_tokens=4) for prompts in batches]) == 0
 
 
 def test_sampling_is_seeded_and_batch_invariant(model):
