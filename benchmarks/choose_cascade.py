@@ -10,8 +10,10 @@ prediction (the lossless path decodes the same tokens): the cascade's accuracy i
 Candidates: the selection options whose cascade confidence does not use the drafter's own probabilities
 (``evidence``, ``evidence+agg``). The shipped drafter was trained on these train questions, so its confidence is
 inflated here (drafter_only is reported beside it; held out it was 10.0%, random_draft's level) and is not a
-valid calibration signal; the ``rho`` options are reported for comparison. Choice: the highest accuracy; ties:
-the most answers accepted from drafts (the cheaper path). ``--tau`` reports a rounded threshold as well.
+valid calibration signal; the ``rho`` options are reported for comparison. A drafter trained on ``--split
+train-fit`` never saw the ``train-calibrate`` questions, so there every option is a candidate (``--candidates
+all``). Choice: the highest accuracy; ties: the most answers accepted from drafts (the cheaper path). ``--tau``
+reports a rounded threshold as well.
 
     python benchmarks/choose_cascade.py --predictions build/eval_train70/predictions.jsonl \
         --data ../shared/data/retrievalqa_dev.jsonl --out benchmarks/results/cascade_choice_train.json --tau 0.5
@@ -101,7 +103,16 @@ def main() -> None:
     ap.add_argument("--data", required=True, type=Path)
     ap.add_argument("--out", default="benchmarks/results/cascade_choice_train.json")
     ap.add_argument("--tau", type=float, default=None, help="also report this (rounded) threshold")
+    ap.add_argument(
+        "--candidates",
+        default=",".join(CANDIDATES),
+        help=f"selection options the choice may take, comma-separated, or 'all' (default {','.join(CANDIDATES)})",
+    )
     args = ap.parse_args()
+    candidates = SELECTIONS if args.candidates == "all" else tuple(c for c in args.candidates.split(",") if c)
+    unknown = sorted(set(candidates) - set(SELECTIONS))
+    if unknown or not candidates:
+        raise SystemExit(f"--candidates: unknown or empty {unknown}; use some of {', '.join(SELECTIONS)} or 'all'")
     rows = questions(args.predictions, args.data)
     n = len(rows)
     tried = []
@@ -121,7 +132,7 @@ def main() -> None:
     def rank(t: dict) -> tuple:
         return round(t["accuracy"], 9), t["acceptance_rate"], -(t["tau_min"] or 0.0)
 
-    best = max((t for t in tried if t["selection"] in CANDIDATES), key=rank)
+    best = max((t for t in tried if t["selection"] in candidates), key=rank)
     summary = {
         "n": n,
         "one_question_points": 100.0 / n,
@@ -131,7 +142,7 @@ def main() -> None:
         "oracle": sum(any(is_correct(d.answer, q["truth"]) for d in q["drafts"]) for q in rows) / n,
         "selection_alone": {o: cascade(rows, picks(rows, o), None, False)["accuracy"] for o in SELECTIONS},
         "best_per_selection": {o: max((t for t in tried if t["selection"] == o), key=rank) for o in SELECTIONS},
-        "candidates": list(CANDIDATES),
+        "candidates": list(candidates),
         "chosen": best,
     }
     if args.tau is not None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline.holdout import heldout_indices, split_rows
+from specrag_jax.pipeline.holdout import CALIBRATION_FRACTION, heldout_indices, split_rows
 
 
 def _rows(counts: dict[str, int]) -> list[dict]:
@@ -59,3 +59,28 @@ def test_seed_changes_the_split_and_bad_arguments_are_named():
         split_rows(rows, "test")
     with pytest.raises(SpecRagError, match="holdout-fraction must be in"):
         split_rows(rows, "train", 1.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 30), min_size=1),
+    st.integers(0, 5),
+    st.randoms(use_true_random=False),
+)
+def test_fit_and_calibrate_partition_train_per_source(counts, seed, rnd: random.Random):
+    rows = _rows(counts)
+    ids = lambda split, rs=rows: [r["question_id"] for r in split_rows(rs, split, 0.3, seed)]  # noqa: E731
+    fit, calibrate, train = ids("train-fit"), ids("train-calibrate"), ids("train")
+    assert sorted(fit + calibrate) == sorted(train) and not set(fit) & set(calibrate)
+    assert not set(calibrate) & set(ids("heldout"))  # choosing defaults never reads the held-out questions
+    for s in counts:  # each source calibrates round(CALIBRATION_FRACTION * its train rows)
+        n_train = sum(i.startswith(f"{s}_") for i in train)
+        assert sum(i.startswith(f"{s}_") for i in calibrate) == int(round(CALIBRATION_FRACTION * n_train))
+    shuffled = list(rows)
+    rnd.shuffle(shuffled)
+    assert set(ids("train-calibrate", shuffled)) == set(calibrate)  # identity, not file order
+
+
+def test_dev_file_calibration_split_sizes():
+    rows = _rows({s: 20 for s in ("a", "b", "c", "d", "e")})
+    assert len(split_rows(rows, "train-fit")) == 50 and len(split_rows(rows, "train-calibrate")) == 20
