@@ -12,8 +12,9 @@ Candidates: the selection options whose cascade confidence does not use the draf
 inflated here (drafter_only is reported beside it; held out it was 10.0%, random_draft's level) and is not a
 valid calibration signal; the ``rho`` options are reported for comparison. A drafter trained on ``--split
 train-fit`` never saw the ``train-calibrate`` questions, so there every option is a candidate (``--candidates
-all``). Choice: the highest accuracy; ties: the most answers accepted from drafts (the cheaper path). ``--tau``
-reports a rounded threshold as well.
+all``). Choice: the highest accuracy; ties: the most answers accepted from drafts (the cheaper path);
+``--smooth W`` ranks by the accuracy averaged over W neighbouring thresholds first (a plateau, not a one-question
+spike). ``--tau`` reports a rounded threshold.
 
     python benchmarks/choose_cascade.py --predictions build/eval_train70/predictions.jsonl \
         --data ../shared/data/retrievalqa_dev.jsonl --out benchmarks/results/cascade_choice_train.json --tau 0.5
@@ -97,6 +98,20 @@ def cascade(rows: list[dict], chosen: list[tuple[bool, float, bool]], tau: float
     }
 
 
+def smooth(tried: list[dict], window: int) -> None:
+    """Add ``smoothed_accuracy``: per (selection, consensus), the mean accuracy over the ``window`` neighbouring
+    thresholds on each side (in threshold order, "accept all" first). With a few dozen questions one threshold's
+    accuracy can be a one-question spike; a plateau is what should generalise. ``window=0``: the accuracy itself."""
+    groups: dict[tuple, list[dict]] = {}
+    for t in tried:
+        groups.setdefault((t["selection"], t["consensus"]), []).append(t)
+    for group in groups.values():
+        group.sort(key=lambda t: -1.0 if t["tau_min"] is None else t["tau_min"])
+        for i, t in enumerate(group):
+            near = group[max(0, i - window) : i + window + 1]
+            t["smoothed_accuracy"] = sum(x["accuracy"] for x in near) / len(near)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--predictions", required=True, type=Path)
@@ -107,6 +122,12 @@ def main() -> None:
         "--candidates",
         default=",".join(CANDIDATES),
         help=f"selection options the choice may take, comma-separated, or 'all' (default {','.join(CANDIDATES)})",
+    )
+    ap.add_argument(
+        "--smooth",
+        type=int,
+        default=0,
+        help="rank thresholds by the mean accuracy over this many neighbouring thresholds on each side (default 0)",
     )
     args = ap.parse_args()
     candidates = SELECTIONS if args.candidates == "all" else tuple(c for c in args.candidates.split(",") if c)
@@ -129,8 +150,10 @@ def main() -> None:
                     }
                 )
 
+    smooth(tried, args.smooth)
+
     def rank(t: dict) -> tuple:
-        return round(t["accuracy"], 9), t["acceptance_rate"], -(t["tau_min"] or 0.0)
+        return round(t["smoothed_accuracy"], 9), round(t["accuracy"], 9), t["acceptance_rate"], -(t["tau_min"] or 0.0)
 
     best = max((t for t in tried if t["selection"] in candidates), key=rank)
     summary = {
@@ -143,6 +166,7 @@ def main() -> None:
         "selection_alone": {o: cascade(rows, picks(rows, o), None, False)["accuracy"] for o in SELECTIONS},
         "best_per_selection": {o: max((t for t in tried if t["selection"] == o), key=rank) for o in SELECTIONS},
         "candidates": list(candidates),
+        "smooth": args.smooth,
         "chosen": best,
     }
     if args.tau is not None:

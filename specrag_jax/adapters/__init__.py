@@ -14,7 +14,10 @@ from specrag_jax.errors import SpecRagError
 
 ADAPTERS_DIR = Path(__file__).parent
 # name -> folder under specrag_jax/adapters (the base model is recorded in its adapter.json and checked at load)
-KNOWN_ADAPTERS: dict[str, str] = {"smollm2-rag-drafter": "smollm2-rag-drafter"}
+KNOWN_ADAPTERS: dict[str, str] = {
+    "smollm2-rag-drafter": "smollm2-rag-drafter",
+    "smollm2-rag-drafter-fit": "smollm2-rag-drafter-fit",  # train-fit only: not the default (README.md says why)
+}
 # drafter model name -> the adapter applied when --drafter-adapter is not given ("none" turns it off)
 DEFAULT_ADAPTERS: dict[str, str] = {"smollm2-135m-instruct": "smollm2-rag-drafter"}
 NO_ADAPTER = "none"
