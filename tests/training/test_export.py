@@ -117,6 +117,10 @@ def test_the_shipped_adapter_resolves_by_name_and_is_the_default_drafters():
     info = adapter_info("smollm2-rag-drafter")
     assert info["base_model"] == "smollm2-135m-instruct" and info["mode"] == "lora" and info["dtype"] == "bfloat16"
     assert set(DEFAULT_ADAPTERS.values()) <= set(KNOWN_ADAPTERS)
+    for name in KNOWN_ADAPTERS:  # every shipped adapter resolves, is package-sized and names its base and data
+        assert (resolve_adapter(name) / "adapter.safetensors").stat().st_size < 12e6
+        shipped = adapter_info(name)
+        assert shipped["base_model"] == "smollm2-135m-instruct" and shipped["training_run"]["data_summary"]["split"]
     assert default_adapter("smollm2-135m-instruct", None) == "smollm2-rag-drafter"
     assert default_adapter("smollm2-135m-instruct", "none") is None
     assert default_adapter("gemma3-270m", None) is None
