@@ -137,8 +137,8 @@ def main() -> None:
     rows = questions(args.predictions, args.data)
     n = len(rows)
     tried = []
-    for option in SELECTIONS:
-        chosen = picks(rows, option)
+    picked = {option: picks(rows, option) for option in SELECTIONS}  # each option's replay, once
+    for option, chosen in picked.items():
         for fast_path in (False, True):
             for tau in [None] + sorted({c for _, c, _ in chosen}):  # tau = a seen confidence: that one is accepted
                 tried.append(
@@ -163,7 +163,7 @@ def main() -> None:
         "standard_accuracy": sum(q["standard"] for q in rows) / n,
         "baselines": {k: sum(q["baselines"].get(k, False) for q in rows) / n for k in ("random_draft", "drafter_only")},
         "oracle": sum(any(is_correct(d.answer, q["truth"]) for d in q["drafts"]) for q in rows) / n,
-        "selection_alone": {o: cascade(rows, picks(rows, o), None, False)["accuracy"] for o in SELECTIONS},
+        "selection_alone": {o: cascade(rows, picked[o], None, False)["accuracy"] for o in SELECTIONS},
         "best_per_selection": {o: max((t for t in tried if t["selection"] == o), key=rank) for o in SELECTIONS},
         "candidates": list(candidates),
         "smooth": args.smooth,
@@ -172,7 +172,7 @@ def main() -> None:
     if args.tau is not None:
         summary["chosen_rounded"] = {
             "tau_min": args.tau,
-            **cascade(rows, picks(rows, best["selection"]), args.tau, best["consensus"]),
+            **cascade(rows, picked[best["selection"]], args.tau, best["consensus"]),
         }
     write_results(args.out, {**run_header(), "predictions": str(args.predictions), **summary, "tried": tried})
     print(json.dumps(summary, indent=1))
