@@ -23,7 +23,7 @@ DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "retrievalqa_dev
 
 
 def main(argv: list[str] | None = None) -> int:
-    import specrag_jax.models.generation as generation
+    import specrag_jax.models.engine.policy as policy
     from specrag_jax.adapters import DEFAULT_ADAPTERS
     from specrag_jax.models.executor.packing import bucket, seq_count_bucket
     from specrag_jax.models.text_model import TextModel
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         work.append((row["question_id"], row["question"], [[docs[i] for i in s] for s in subsets]))
 
     def draft(width: str, question: str, subsets) -> tuple[list[str], float, float, int]:
-        generation.seq_count_bucket = widths[width]  # the Generator's decode width rule
+        policy.seq_count_bucket = widths[width]  # the offline engine's decode width rule
         t = time.perf_counter()
         drafts, _ = write_drafts(drafter, question, subsets)
         return [d.text for d in drafts], time.perf_counter() - t, timing["decode_s"], timing["steps"]
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 per[width]["step_ms"].append(1000 * decode / max(steps, 1))
             assert texts["exact"] == texts["power_of_two"], f"{qid}: drafts differ between the widths"
     finally:
-        generation.seq_count_bucket = seq_count_bucket
+        policy.seq_count_bucket = seq_count_bucket
     summary = {
         w: {
             "rows": widths[w](args.m),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import loadavg, run_header, write_results
+from specrag_jax.models.engine.context import RequestContext
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.clustering import clustered_subsets
 from specrag_jax.pipeline.evaluation import load_questions
@@ -30,7 +31,6 @@ from specrag_jax.pipeline.factory import build_reranker, pool_pages, reranker_pa
 from specrag_jax.pipeline.specrag import RAGConfig
 from specrag_jax.retrieval import Embedder
 from specrag_jax.retrieval.corpus import docs_from_context
-from specrag_jax.serving.adapter import RequestContext
 from specrag_jax.serving.service import ServeConfig, Service
 from specrag_jax.xla_cache import enable_xla_cache
 

@@ -30,7 +30,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import RESULTS_DIR, command_line, git_state, loadavg, machine_info, write_results
-from specrag_jax.serving.warmup import default_compile_cache
+from specrag_jax.models.engine.warmup import default_compile_cache
 
 TOPICS = [
     ("France", "Paris", "the Seine"),

@@ -8,7 +8,7 @@ from typing import Callable
 import jax
 import pytest
 
-from specrag_jax.serving.warmup import memory_mappings
+from specrag_jax.models.engine.warmup import memory_mappings
 
 MAP_HEADROOM = 30000  # memory mappings above which the compiled programs are dropped between tests
 

@@ -2,13 +2,16 @@
 
 What a newcomer needs first is at this level: ``config`` (``ModelConfig``, the per-architecture table),
 ``text_model`` (``TextModel``: load a model by name and generate text) and ``generation`` (``Generator``:
-batched prefill and decode over the paged pool). The rest is in subpackages:
+the synchronous face of the engine). The rest is in subpackages:
+
+- ``engine/``: the one continuous-batching core of offline calls and the server (step loop, scheduler state,
+  step builders, admission, radix prefix cache, warm-up);
 
 - ``decoder/``: the Flax decoder (``layers``, ``transformer``, ``moe``) and its output head (``scoring``);
 - ``loading/``: names, GGUF and Hugging Face files -> parameters, through the converted-weights cache;
 - ``tokenizer/``: SentencePiece and byte-level BPE tokenizers from GGUF headers or HF folders;
 - ``sampling/``: ``SamplingParams``, their per-step batch, penalties and the jitted sampler;
-- ``speculative/``: token trees, lossless acceptance, the fused verification step, proposers, the decode loop;
+- ``speculative/``: token trees, lossless acceptance, the fused verification step, proposers;
 - ``executor/``: ``ModelRunner`` (parameters, KV pool, jitted steps), packing, stored exported steps, K/V
   transfer, the placement protocol, step costs.
 
@@ -22,6 +25,7 @@ _EXPORTS = {
     "config": ("ModelConfig", "tiny_config"),
     "text_model": ("TextModel", "TextResult"),
     "generation": ("GenerationResult", "Generator", "Phase", "greedy_generate"),
+    "engine.engine": ("Engine",),
     "sampling.params": ("SamplingParams",),
     "loading.load": ("load_model_params",),
     "loading.registry": ("KNOWN_MODELS", "resolve_model_path"),

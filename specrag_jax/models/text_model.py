@@ -42,15 +42,22 @@ class TextModel:
     """Everything needed to turn prompts into text with one model."""
 
     def __init__(
-        self, name: str, runner: ModelRunner, tokenizer: Tokenizer, load_s: float = 0.0, instruct: bool = False
+        self,
+        name: str,
+        runner: ModelRunner,
+        tokenizer: Tokenizer,
+        load_s: float = 0.0,
+        instruct: bool = False,
+        generator: Generator | None = None,
     ) -> None:
+        """``generator``: the engine it generates through (default: an engine of its own, driven by the caller)."""
         self.name = name
         self.runner = runner
         self.tokenizer = tokenizer
         self.load_s = load_s
         self.instruct = instruct  # instruction-tuned: RAG prompts go through its chat template
-        eos = set(tokenizer.eos_ids) | set(runner.cfg.eos_token_ids)
-        self.generator = Generator(runner, sorted(eos))
+        eos = sorted(set(tokenizer.eos_ids) | set(runner.cfg.eos_token_ids))
+        self.generator = generator or Generator(runner, eos, name=name)
 
     @classmethod
     def load(

@@ -12,7 +12,8 @@ shared prefix and every unchanged branch in the engine's radix prefix cache; a c
 through the cache (its longest cached page prefix).
 
 Only an executor with a prefix cache can keep prefilled K/V for a later request: the serving engine's
-(``EngineGenerator.start_prefill``). The direct executor has none, so the option is refused there.
+(``Generator.start_prefill`` over a started engine). ask and eval refuse it for now (their engines keep no
+prefix cache between calls).
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ def check_progressive(after: int, rerank: str, patience: float) -> None:
 
 
 def require_prefix_cache(after: int, *models: Any) -> None:
-    """With progressive prefill on (``after`` > 0), refuse executors without a prefix cache (direct TextModel)."""
+    """With progressive prefill on (``after`` > 0), refuse models whose engine keeps no prefix cache."""
     for model in models if after else ():
-        if getattr(model.generator, "start_prefill", None) is None:
+        cache = getattr(getattr(model.generator, "engine", None), "cache", None)
+        if cache is None or not cache.enabled:
             raise SpecRagError(
                 f"progressive prefill needs a prefix cache to keep what it prefills; {model.name}'s "
-                f"direct executor has none (it runs on the serving engines: specrag serve)"
+                f"engine has none (it runs on the serving engines: specrag serve)"
             )
 
 

@@ -22,12 +22,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.serving.adapter import RequestContext
+from specrag_jax.models.engine.context import RequestContext
+from specrag_jax.models.engine.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout
 from specrag_jax.serving.metrics import Metrics
 from specrag_jax.serving.openai_api import OpenAIHandlers
 from specrag_jax.serving.rag_openapi import RAG_RESPONSES, REQUEST_EXAMPLES
 from specrag_jax.serving.rag_schemas import RagRequest
-from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout
 from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest
 from specrag_jax.serving.service import Service
 from specrag_jax.serving.sse import abandon, queued_until_done, sse, until_done_or_gone

@@ -123,12 +123,12 @@ def _load(name: str, args: argparse.Namespace, seed: int, placement=None, adapte
 
 def build_service(args: argparse.Namespace):
     """Models, engines and the RAG resources for ``args`` (not started)."""
+    from specrag_jax.models.engine.policy import SchedulerConfig
     from specrag_jax.pipeline.clustering import subset_sampler
     from specrag_jax.pipeline.factory import lexical_search
     from specrag_jax.pipeline.specrag import RAGConfig
     from specrag_jax.rerank.options import rerank_fields
     from specrag_jax.retrieval import LexicalIndex, default_corpus, load_corpus
-    from specrag_jax.serving.policy import SchedulerConfig
     from specrag_jax.serving.service import ServeConfig, Service
 
     for flag in (
@@ -228,8 +228,8 @@ def _reranker_factory(args: argparse.Namespace, rag, placement):
 def serve_main(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from specrag_jax.models.engine.warmup import default_compile_cache, enable_compile_cache
     from specrag_jax.serving.app import create_app
-    from specrag_jax.serving.warmup import default_compile_cache, enable_compile_cache
 
     if args.compile_cache != "none":
         enable_compile_cache(args.compile_cache or default_compile_cache())

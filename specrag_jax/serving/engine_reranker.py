@@ -22,11 +22,11 @@ from typing import Sequence
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.engine.context import RequestContext
+from specrag_jax.models.engine.engine import Engine
+from specrag_jax.models.engine.requests import Request, RequestTimeout, Tree
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.rerank.prompts import JudgePrompt, use_chat
-from specrag_jax.serving.adapter import RequestContext
-from specrag_jax.serving.engine import Engine
-from specrag_jax.serving.requests import Request, RequestTimeout, Tree
 
 
 class EngineReranker:

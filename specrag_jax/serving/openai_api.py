@@ -12,11 +12,11 @@ from fastapi import HTTPException
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.engine.requests import RequestTimeout
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.serving.openai_choices import choice, usage
 from specrag_jax.serving.openai_stream import StreamSpec, stream_chunks
-from specrag_jax.serving.requests import RequestTimeout
 from specrag_jax.serving.schemas import ChatCompletionRequest, CompletionRequest, SamplingRequest
 from specrag_jax.serving.service import Service
 from specrag_jax.serving.sse import abandon, until_done_or_gone

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from specrag_jax.models.engine.requests import TopLogprobs
 from specrag_jax.models.generation import GenerationResult
 from specrag_jax.models.speculative.decode import combine_stats
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.serving.openai_logprobs import Decode, chat_logprobs, completion_logprobs, tokens_for_text
-from specrag_jax.serving.requests import TopLogprobs
 
 
 def cut(text: str, stops: Sequence[str]) -> tuple[str, bool]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from specrag_jax.serving.requests import TopLogprobs
+from specrag_jax.models.engine.requests import TopLogprobs
 
 Decode = Callable[[Sequence[int]], str]
 

@@ -12,11 +12,11 @@ import dataclasses
 import logging
 from typing import AsyncIterator
 
+from specrag_jax.models.engine.requests import Request
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.serving.detokenize import IncrementalDetokenizer
 from specrag_jax.serving.openai_choices import cut, finish_reason, logprobs_of, usage
 from specrag_jax.serving.openai_logprobs import tokens_for_text
-from specrag_jax.serving.requests import Request
 from specrag_jax.serving.sse import abandon, queued_until_done, sse
 
 log = logging.getLogger(__name__)

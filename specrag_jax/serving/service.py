@@ -16,6 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.engine.context import RequestContext
+from specrag_jax.models.engine.engine import Engine
+from specrag_jax.models.engine.policy import SchedulerConfig
+from specrag_jax.models.engine.state import StageFn
+from specrag_jax.models.engine.warmup import check_map_budget, step_shapes, warmup
 from specrag_jax.models.speculative.decode import Speculation, check_can_speculate
 from specrag_jax.models.speculative.ngram_proposer import NgramProposer
 from specrag_jax.models.speculative.tree import check_budget
@@ -23,12 +28,8 @@ from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.clustering import SubsetFn
 from specrag_jax.pipeline.reranking import Scorer
 from specrag_jax.pipeline.specrag import RAGAnswer, RAGConfig, SearchFn, SpecRAG
-from specrag_jax.serving.adapter import EngineTextModel, RequestContext
-from specrag_jax.serving.engine import Engine
+from specrag_jax.serving.adapter import EngineTextModel
 from specrag_jax.serving.engine_reranker import EngineReranker
-from specrag_jax.serving.engine_state import StageFn
-from specrag_jax.serving.policy import SchedulerConfig
-from specrag_jax.serving.warmup import check_map_budget, step_shapes, warmup
 
 SPECULATIVE = ("none", "ngram")  # proposers of /v1/completions and /v1/chat/completions (no drafts)
 RAG_OPTIONS = (

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.engine.context import RequestContext
+from specrag_jax.models.engine.engine import Engine
+from specrag_jax.models.engine.requests import RequestCancelled
 from specrag_jax.rerank.reranker import Reranker
-from specrag_jax.serving.adapter import RequestContext
-from specrag_jax.serving.engine import Engine
 from specrag_jax.serving.engine_reranker import EngineReranker
-from specrag_jax.serving.requests import RequestCancelled
 from specrag_jax.serving.tiny import tiny_text_model
 from tests.serving.conftest import DOCS, assert_pages_home
 
@@ -116,10 +116,10 @@ def test_served_rag_reranks_on_the_drafter_engine(rag_models, rag_resources):
 
 
 def test_warmup_compiles_scoring_shapes_on_the_reranking_engine(monkeypatch, rag_models, rag_resources):
+    from specrag_jax.models.engine.warmup import WarmupReport
     from specrag_jax.pipeline.specrag import RAGConfig
     from specrag_jax.serving import service as service_mod
     from specrag_jax.serving.service import ServeConfig, Service
-    from specrag_jax.serving.warmup import WarmupReport
 
     seen: dict[str, set[str]] = {}
     monkeypatch.setattr(

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.engine.context import RequestContext
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
-from specrag_jax.serving.adapter import RequestContext
 from specrag_jax.serving.app import create_app
 from specrag_jax.serving.service import ServeConfig, Service
 from tests.serving.conftest import assert_pages_home
@@ -179,7 +179,7 @@ def test_bad_progressive_config_is_a_one_line_error(kwargs, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_the_direct_text_model_refuses_progressive_prefill(rag_models):
+def test_a_text_model_without_a_prefix_cache_refuses_progressive_prefill(rag_models):
     with pytest.raises(SpecRagError) as err:
         SpecRAG(*rag_models, subsets=lambda *a: ([], {}), config=rag_config(1), reranker=Scripted(STABLE))
     assert "needs a prefix cache" in str(err.value) and "\n" not in str(err.value)

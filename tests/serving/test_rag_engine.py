@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from specrag_jax.models.engine.context import RequestContext
+from specrag_jax.models.engine.requests import RequestCancelled
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
-from specrag_jax.serving.adapter import RequestContext
-from specrag_jax.serving.requests import RequestCancelled
 from tests.serving.conftest import DOCS, assert_pages_home
 
 QUESTIONS = ["What is the capital of France?", "Which city is known for cuisine?", "Capital of Germany?"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from specrag_jax.models.engine.engine import Engine
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.specrag import RAGConfig
 from specrag_jax.serving.app import create_app
-from specrag_jax.serving.engine import Engine
 from specrag_jax.serving.service import ServeConfig, Service
 from tests.serving.conftest import DOCS, assert_pages_home
 

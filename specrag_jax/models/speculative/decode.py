@@ -1,35 +1,20 @@
-"""Speculative decoding over token trees for a batch of sequences (the decode phase of ``Generator``).
+"""How a request speculates (``Speculation``: its proposers and largest tree budget), what it counted
+(``SpeculationStats``, the eval JSON's ``speculation`` object) and the proposal rule.
 
-Each step: every active sequence's proposer looks at its tokens so far and proposes continuations; they
-merge into one trie per sequence (``tree.build_tree``, siblings distinct, capped by a budget); all
-sequences' trees go through ONE verifier pass (``ModelRunner.speculate``: tree chunks after the cached
-K/V, acceptance and K/V compaction on device); each sequence then emits its accepted tokens plus the bonus
-token. A step where no sequence has a proposal is a plain decode step. Greedy output equals plain greedy
-decoding (up to numerical near-ties: a tree pass and a one-token pass round differently); sampled output
-has the verifier's own distribution (``accept``).
-
-The tree budget of a step is the smallest of ``TREE_BUDGETS`` holding the largest trie of the batch, capped
-by ``Speculation.max_budget`` (few compiled shapes: budgets x sequence buckets x page buckets).
+The engine's speculation steps (``models/engine/spec_steps.py``) run it: every decoding sequence's proposer
+proposes continuations; they merge into one trie per sequence (``tree.build_tree``); all trees go through ONE
+verifier pass (``ModelRunner.speculate``: acceptance and K/V compaction on device); each sequence emits its
+accepted tokens plus the bonus token. Greedy output equals plain greedy decoding (up to numerical near-ties: a
+tree pass and a one-token pass round differently); sampled output has the verifier's own distribution.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.kernels import pages_needed
-from specrag_jax.models.executor.packing import Chunk
-from specrag_jax.models.sampling.batch import SamplingBatch
-from specrag_jax.models.speculative.tree import (
-    TREE_BUDGETS,
-    build_tree,
-    check_budget,
-    count_trie_nodes,
-    fit_budget,
-    largest_fitting_budget,
-    stack_trees,
-)
+from specrag_jax.models.speculative.tree import TREE_BUDGETS, check_budget
 
 ProposerFn = Callable[[Sequence[int]], list[list[int]]]
 
@@ -75,68 +60,6 @@ class SpeculationStats:
         self.histogram[emitted] = self.histogram.get(emitted, 0) + 1
 
 
-class _Sequence(Protocol):
-    prompt: list[int]
-    out: list[int]
-    pages: list[int]
-    params: object
-    finish: str | None
-
-
-EmitFn = Callable[[int, int, float], None]  # (sequence index, token, logprob); sets the sequence's finish
-PlainStepFn = Callable[[list[int]], None]  # one plain decode step for these sequence indices
-
-
-def speculative_decode(
-    runner,
-    seqs: Sequence[_Sequence],
-    max_new: int,
-    spec: Speculation,
-    width: int,
-    emit: EmitFn,
-    plain_step: PlainStepFn,
-    stats: Sequence[SpeculationStats],
-) -> None:
-    """Decode every unfinished sequence to its end with speculation; ``width`` = the batch's sequence bucket."""
-    vocab = runner.cfg.vocab_size
-    while True:
-        active = [i for i, s in enumerate(seqs) if s.finish is None]
-        if not active:
-            return
-        proposals = {
-            i: propose(spec.proposer_for(i), seqs[i].prompt + seqs[i].out, max_new - len(seqs[i].out) - 1, vocab)
-            for i in active
-        }
-        largest = max(count_trie_nodes(p) for p in proposals.values())
-        budget = _budget(runner, seqs, active, largest, spec.max_budget)
-        if budget is None:
-            plain_step(active)
-            for i in active:
-                stats[i].record(0, 0, 1)
-            continue
-        trees, chunks = [], []
-        for i in active:
-            s = seqs[i]
-            kv_len = len(s.prompt) + len(s.out) - 1
-            _grow_pages(runner, s, kv_len + budget)
-            tree = build_tree(proposals[i], s.out[-1], budget, vocab_size=vocab)
-            trees.append(tree)
-            chunks.append(Chunk(s.pages, kv_len, tree.tokens, parents=tree.parents, positions=tree.positions(kv_len)))
-        step = runner.pack(chunks, token_bucket=width * budget, min_seqs=width)
-        sp = [seqs[i].params for i in active]
-        _, num_accepted, tokens, logprobs, *_ = runner.speculate(
-            step, stack_trees(trees), SamplingBatch.of(sp, [len(seqs[i].out) for i in active])
-        )
-        for row, i in enumerate(active):
-            n, emitted = int(num_accepted[row]), 0
-            for k in range(n + 1):
-                if seqs[i].finish is not None:
-                    break
-                emit(i, int(tokens[row, k]), float(logprobs[row, k]))
-                emitted += 1
-            stats[i].record(trees[row].num_tokens - 1, n, emitted)
-
-
 def propose(proposer: ProposerFn, tokens: Sequence[int], room: int, vocab: int) -> list[list[int]]:
     """The proposer's continuations of ``tokens``, each cut to ``room`` tokens (so that accepted tokens + the
     bonus fit the sequence's limit); a token outside the vocabulary is a one-line error."""
@@ -151,22 +74,6 @@ def propose(proposer: ProposerFn, tokens: Sequence[int], room: int, vocab: int) 
         if p:
             out.append(p)
     return out
-
-
-def _budget(runner, seqs, active: list[int], largest: int, max_budget: int) -> int | None:
-    """The step's tree budget, or None for a plain decode step (nothing proposed, or no room in the context)."""
-    if largest == 0:
-        return None
-    kv_end = max(len(seqs[i].prompt) + len(seqs[i].out) - 1 for i in active)
-    room = largest_fitting_budget(kv_end, runner.max_seq_len, max_budget)
-    return None if room is None else fit_budget(largest, room)
-
-
-def _grow_pages(runner, s: _Sequence, slots: int) -> None:
-    """Give ``s`` pages for ``slots`` logical K/V slots (the tree is written past the sequence's end)."""
-    extra = pages_needed(slots, runner.page_size) - len(s.pages)
-    if extra > 0:
-        s.pages = s.pages + runner.allocator.allocate(extra)
 
 
 def check_can_speculate(runner, spec: Speculation, name: str = "the model") -> None:
@@ -213,5 +120,4 @@ __all__ = [
     "combine_stats",
     "merge_stats",
     "propose",
-    "speculative_decode",
 ]

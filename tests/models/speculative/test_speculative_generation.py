@@ -134,7 +134,7 @@ def test_no_page_leak_when_the_proposer_fails_mid_generation(model):
             raise RuntimeError("proposer broke")
         return [[1, 2, 3]]
 
-    with pytest.raises(RuntimeError, match="proposer broke"):
+    with pytest.raises(SpecRagError, match="proposer broke"):
         Generator(r, speculation=Speculation(failing, 16)).generate(PROMPTS, max_new_tokens=30)
     assert r.allocator.num_free == r.allocator.num_usable
     with pytest.raises(SpecRagError, match="outside the vocabulary"):

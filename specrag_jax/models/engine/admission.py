@@ -10,9 +10,9 @@ pool cannot hold.
 from __future__ import annotations
 
 from specrag_jax.kernels import PageAllocator, pages_needed
+from specrag_jax.models.engine.prefix_cache import PrefixCache
+from specrag_jax.models.engine.requests import Request, Seq
 from specrag_jax.models.sampling.penalties import PenaltyTable
-from specrag_jax.serving.prefix_cache import PrefixCache
-from specrag_jax.serving.requests import Request, Seq
 
 
 def worst_case_pages(req: Request, page_size: int, max_seq_len: int | None = None) -> int:

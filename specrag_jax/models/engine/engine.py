@@ -7,7 +7,10 @@ model's ``ModelRunner`` (``pack`` pads to buckets) and (5) hands results back th
 speculation (token trees, ``spec_steps.py``) and scoring steps take turns when several kinds of work wait
 (the runner has one program per kind).
 Callers on other threads only enqueue, cancel and read counters. The engine's pages, requests and counters
-are its ``EngineState`` (``engine_state.py``), which the step builders work on.
+are its ``EngineState`` (``state.py``), which the step builders work on.
+
+The same loop runs offline without a thread: ``drive(req)`` runs its iterations on the caller's thread until
+``req`` is done (``models.generation.Generator``, the synchronous face ask, eval and the Python API use).
 """
 
 from __future__ import annotations
@@ -18,15 +21,10 @@ import time
 from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.executor.runner import ModelRunner
-from specrag_jax.models.generation import BetweenFn, Phase
-from specrag_jax.models.sampling.params import SamplingParams
-from specrag_jax.models.speculative.decode import Speculation, SpeculationStats, check_can_speculate
-from specrag_jax.serving.admission import Admitter, worst_case_pages
-from specrag_jax.serving.engine_state import EngineState, StageFn
-from specrag_jax.serving.policy import Backpressure, SchedulerConfig
-from specrag_jax.serving.prefix_cache import PrefixCache
-from specrag_jax.serving.requests import (
+from specrag_jax.models.engine.admission import Admitter, worst_case_pages
+from specrag_jax.models.engine.policy import Backpressure, SchedulerConfig
+from specrag_jax.models.engine.prefix_cache import PrefixCache
+from specrag_jax.models.engine.requests import (
     EngineError,
     EngineStopped,
     QueueFull,
@@ -37,8 +35,13 @@ from specrag_jax.serving.requests import (
     TokenFn,
     Tree,
 )
-from specrag_jax.serving.steps import StepBuilder
-from specrag_jax.serving.warmup import WarmupReport, warmup
+from specrag_jax.models.engine.rules import BetweenFn, Phase
+from specrag_jax.models.engine.state import EngineState, StageFn
+from specrag_jax.models.engine.steps import StepBuilder
+from specrag_jax.models.engine.warmup import WarmupReport, warmup
+from specrag_jax.models.executor.runner import ModelRunner
+from specrag_jax.models.sampling.params import SamplingParams
+from specrag_jax.models.speculative.decode import Speculation, SpeculationStats, check_can_speculate
 
 
 class Engine:
@@ -60,7 +63,8 @@ class Engine:
         self._cv = threading.Condition()
         self._steps = StepBuilder(self.state)
         self._thread: threading.Thread | None = None
-        self._accepting = False
+        self._driver = threading.Lock()  # one iteration at a time when callers drive the loop themselves
+        self._accepting = True  # until ``stop()``: queued work waits for ``start()`` or ``drive()``
         self._stop = False
 
     # ------------------------------------------------------------------ the state's parts
@@ -142,6 +146,32 @@ class Engine:
             if not self._thread.is_alive():
                 self._thread = None
 
+    def drive(self, req: Request):
+        """Run the step loop on this thread until ``req`` is done and return its result (raise its error).
+
+        For an engine that is not started (the offline path); every queued request advances with ``req``.
+        A request that cannot be admitted while nothing runs fails rather than waiting forever."""
+        if self._thread is not None:
+            raise SpecRagError(f"engine {self.name} runs its own loop: wait on the request's future")
+        st = self.state
+        while not req.future.done():
+            with self._driver:
+                if req.future.done():
+                    break
+                try:
+                    stepped = self._iteration()
+                except Exception as exc:  # as the loop thread: fail what is in flight
+                    with st.lock:
+                        for r in list(st.queue) + list(st.running):
+                            st.finish(r, EngineError(f"engine error: {exc}"))
+                    continue
+                if stepped is None:
+                    with st.lock:
+                        if not st.running and st.queue:
+                            head = st.queue[0]
+                            st.finish(head, EngineError(f"engine {self.name} cannot admit the request: pages held"))
+        return req.future.result()
+
     def wake(self) -> None:
         with self._cv:
             self._cv.notify_all()
@@ -160,7 +190,7 @@ class Engine:
     ) -> Request:
         """Queue a continuation of ``prefix + suffix`` for every suffix (shared prefix pages, one group).
 
-        ``speculation``: decode with token trees (as ``Generator``'s; greedy output is the same)."""
+        ``speculation``: decode with token trees (greedy output is plain greedy decoding's)."""
         if max_new_tokens < 1:
             raise SpecRagError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
         return self._enqueue(
@@ -201,7 +231,7 @@ class Engine:
         timeout: float | None = None,
         speculation: Speculation | None = None,
     ) -> Request:
-        """Queue ``Generator.generate_phases`` work: each branch keeps its K/V from one phase to the next.
+        """Queue phased work (``Generator.generate_phases``): each branch keeps its K/V from one phase to the next.
 
         When a branch ends a phase, ``between(phase, branch, result)`` (called on the engine thread) gives how
         many of its tokens to keep and the tokens to force; the branch then prefills only those and goes on,
@@ -294,15 +324,17 @@ class Engine:
                     for req in list(st.queue) + list(st.running):
                         st.finish(req, EngineError(f"engine error: {exc}"))
 
-    def _iteration(self) -> None:
+    def _iteration(self) -> bool | None:
+        """One step; None when nothing was ready (the loop waits a moment before the next try)."""
         with self.state.lock:
             self._reap()
             self._admit()
             work = self._steps.build()
         if work is None:
-            with self._cv:
-                self._cv.wait(timeout=0.005)
-            return
+            if self._thread is not None:
+                with self._cv:
+                    self._cv.wait(timeout=0.005)
+            return None
         try:
             outcome = work.run(self.runner, self.config)
             with self.state.lock:
@@ -311,6 +343,7 @@ class Engine:
             with self.state.lock:
                 for req in {id(r): r for r in work.requests}.values():
                     self.state.finish(req, EngineError(f"engine step failed: {exc}"))
+        return True
 
     def _reap(self) -> None:
         now = time.perf_counter()

@@ -17,12 +17,12 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.engine.admission import Admitter
+from specrag_jax.models.engine.policy import Backpressure, SchedulerConfig
+from specrag_jax.models.engine.prefix_cache import PrefixCache
+from specrag_jax.models.engine.requests import EngineError, Request, RequestCancelled, RequestTimeout, Seq
+from specrag_jax.models.engine.rules import GenerationResult, check_prompt
 from specrag_jax.models.executor.runner import ModelRunner
-from specrag_jax.models.generation import GenerationResult, Generator
-from specrag_jax.serving.admission import Admitter
-from specrag_jax.serving.policy import Backpressure, SchedulerConfig
-from specrag_jax.serving.prefix_cache import PrefixCache
-from specrag_jax.serving.requests import EngineError, Request, RequestCancelled, RequestTimeout, Seq
 
 StageFn = Callable[[str, str, float], None]  # (engine, stage, seconds)
 
@@ -72,11 +72,10 @@ class EngineState:
         self.running: list[Request] = []
         self.counters: collections.Counter = collections.Counter()
         self.recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens generated)
-        self._checker = Generator(runner, eos_ids)
 
     def check_prompt(self, prompt: Sequence[int], max_new_tokens: int) -> None:
-        """Refuse a prompt the context cannot hold with ``max_new_tokens`` more (``Generator``'s rule)."""
-        self._checker.check_prompt(prompt, max_new_tokens)
+        """Refuse a prompt the context cannot hold with ``max_new_tokens`` more (``rules.check_prompt``)."""
+        check_prompt(self.runner, prompt, max_new_tokens)
 
     def stage(self, stage: str, seconds: float) -> None:
         if self.on_stage is not None:

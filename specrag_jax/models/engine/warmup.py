@@ -4,7 +4,7 @@ An engine step's program is keyed by its padded shape: tokens T, sequences S, pa
 rows R, and whether it is a decode step, a token tree, or greedy-only sampling. Under the engine's
 scheduler config these shapes form a small, known set:
 
-- decode steps: S in the sequence buckets up to ``max_running``, T = S;
+- decode steps: S in the sequence buckets up to ``max_running`` (``SchedulerConfig.decode_rows``), T = S;
 - sampling steps with prefill chunks: T in the token buckets up to ``token_budget``, S <= T, R = S;
 - scoring steps (verification trees): T up to ``token_budget``, R <= T, S = ``score_step_seqs``;
 - speculation steps (``spec_budget`` given): S in the sequence buckets, a tree budget B in ``TREE_BUDGETS``
@@ -24,11 +24,11 @@ from typing import Iterable
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import NULL_PAGE
-from specrag_jax.models.executor.packing import Chunk, bucket
+from specrag_jax.models.engine.state import EngineView
+from specrag_jax.models.executor.packing import Chunk, bucket, seq_count_buckets, token_count_buckets
 from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.speculative.tree import TREE_BUDGETS, build_tree, check_budget, stack_trees
-from specrag_jax.serving.engine_state import EngineView
 from specrag_jax.xla_cache import default_xla_cache_dir, enable_xla_cache
 
 WARMUP_LEVELS = ("none", "decode", "full")
@@ -78,22 +78,23 @@ def step_shapes(
         return []
     r, cfg = engine.runner, engine.config
     pages = _powers(r.min_page_bucket, bucket(r.max_pages_per_seq))
-    seqs = _powers(cfg.min_step_seqs, cfg.max_running)
+    seqs = _powers(cfg.min_step_seqs, cfg.max_running)  # prefill and mixed steps
+    rows = sorted({cfg.decode_rows(n) for n in seq_count_buckets(cfg.max_running)}) if cfg.fine_buckets else seqs
     greedy = (True, False) if sampled else (True,)
-    shapes = [StepShape("decode", s, s, p, s, g) for s in seqs for p in pages for g in greedy]
+    shapes = [StepShape("decode", s, s, p, s, g) for s in rows for p in pages for g in greedy]
     if spec_budget is not None:
         check_budget(spec_budget)
         shapes += [
             StepShape("speculate", s * b, s, p, s, g)
             for b in TREE_BUDGETS
             if b <= spec_budget
-            for s in seqs
+            for s in rows
             if s * b <= cfg.token_budget
             for p in pages
             for g in greedy
         ]
     if level == "full":
-        tokens = _powers(cfg.min_step_tokens, cfg.token_budget)
+        tokens = sorted({cfg.step_tokens(t) for t in token_count_buckets(cfg.min_step_tokens, cfg.token_budget)})
         shapes += [
             StepShape("prefill", t, s, p, s, g) for t in tokens for s in seqs if s <= t for p in pages for g in greedy
         ]

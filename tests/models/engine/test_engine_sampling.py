@@ -8,14 +8,14 @@ import pytest
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import pages_needed
+from specrag_jax.models.engine.engine import Engine
 from specrag_jax.models.executor.packing import Chunk
 from specrag_jax.models.generation import Phase
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.speculative.decode import Speculation
 from specrag_jax.models.speculative.ngram_proposer import NgramProposer
-from specrag_jax.serving.engine import Engine
+from tests.models.engine.conftest import assert_pages_home
 from tests.models.sampling.test_penalties import log_softmax_ref
-from tests.serving.conftest import assert_pages_home
 
 REPEATING = [5 + j % 6 for j in range(30)]  # the n-gram proposer finds continuations in it
 

@@ -8,10 +8,10 @@ from concurrent.futures import Future
 from typing import Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.engine.rules import StopFn
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.speculative.decode import Speculation, SpeculationStats
 
-StopFn = Callable[[int, list[int]], bool]
 TokenFn = Callable[[int, int], None]  # (branch, token id), called on the engine thread as tokens arrive
 TopLogprobs = tuple[list[int], list[float]]  # a token's likeliest alternatives: ids, log-probabilities
 
@@ -106,7 +106,7 @@ class Request:
     stop_fn: StopFn | None = None
     on_token: TokenFn | None = None
     tree: Tree | None = None
-    phases: Sequence = ()  # models.generation.Phase list: the sequences keep their K/V from one to the next
+    phases: Sequence = ()  # rules.Phase list: the sequences keep their K/V from one to the next
     between: Callable | None = None  # (phase, branch, GenerationResult) -> (kept tokens, forced tokens)
     max_forced_tokens: int = 0  # forced tokens ``between`` may add over all phases (reserved up front)
     speculation: Speculation | None = None  # decode with token trees (``spec_steps.py``)

@@ -13,18 +13,18 @@ from fastapi.testclient import TestClient
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
 from specrag_jax.kernels import pages_needed
+from specrag_jax.models.engine.engine import Engine
+from specrag_jax.models.engine.policy import Backpressure, SchedulerConfig
+from specrag_jax.models.engine.requests import EngineError, RequestCancelled, Tree
+from specrag_jax.models.engine.warmup import step_shapes
 from specrag_jax.models.executor.packing import Chunk
 from specrag_jax.models.generation import Generator, Phase
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.speculative.decode import Speculation
 from specrag_jax.models.speculative.ngram_proposer import NgramProposer
 from specrag_jax.serving.app import create_app
-from specrag_jax.serving.engine import Engine
-from specrag_jax.serving.policy import Backpressure, SchedulerConfig
-from specrag_jax.serving.requests import EngineError, RequestCancelled, Tree
 from specrag_jax.serving.tiny import tiny_text_model
-from specrag_jax.serving.warmup import step_shapes
-from tests.serving.conftest import assert_pages_home
+from tests.models.engine.conftest import assert_pages_home
 
 PROMPTS = [[5 + (i * 7 + j) % 60 for j in range(3 + 5 * i)] for i in range(8)]
 NEW = 24

@@ -6,14 +6,14 @@ import pytest
 
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.engine.engine import Engine
+from specrag_jax.models.engine.policy import SchedulerConfig
+from specrag_jax.models.engine.requests import Tree
+from specrag_jax.models.engine.warmup import enable_compile_cache, step_shapes
 from specrag_jax.models.generation import Phase
 from specrag_jax.models.sampling.params import SamplingParams
-from specrag_jax.serving.engine import Engine
-from specrag_jax.serving.policy import SchedulerConfig
-from specrag_jax.serving.requests import Tree
 from specrag_jax.serving.tiny import tiny_text_model
-from specrag_jax.serving.warmup import enable_compile_cache, step_shapes
-from tests.serving.conftest import assert_pages_home
+from tests.models.engine.conftest import assert_pages_home
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_compile_cache_directory_errors_name_the_path(tmp_path):
 
 
 def test_map_budget_refuses_a_warmup_the_process_cannot_map(tmp_path):
-    from specrag_jax.serving.warmup import check_map_budget
+    from specrag_jax.models.engine.warmup import check_map_budget
 
     limit, maps = tmp_path / "max_map_count", tmp_path / "maps"
     limit.write_text("65530\n")

@@ -8,12 +8,19 @@ import numpy as np
 import pytest
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.engine.engine import Engine
+from specrag_jax.models.engine.policy import Backpressure, SchedulerConfig
+from specrag_jax.models.engine.requests import (
+    EngineError,
+    EngineStopped,
+    QueueFull,
+    RequestCancelled,
+    RequestTimeout,
+    Tree,
+)
 from specrag_jax.models.generation import Generator, greedy_generate
 from specrag_jax.models.sampling.params import SamplingParams
-from specrag_jax.serving.engine import Engine
-from specrag_jax.serving.policy import Backpressure, SchedulerConfig
-from specrag_jax.serving.requests import EngineError, EngineStopped, QueueFull, RequestCancelled, RequestTimeout, Tree
-from tests.serving.conftest import assert_pages_home
+from tests.models.engine.conftest import assert_pages_home
 
 PROMPTS = [[5 + (i * 7 + j) % 60 for j in range(3 + 5 * i)] for i in range(8)]
 

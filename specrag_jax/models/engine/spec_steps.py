@@ -20,6 +20,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from specrag_jax.models.engine.policy import SchedulerConfig
+from specrag_jax.models.engine.requests import Request, Seq, TopLogprobs, top_of
+from specrag_jax.models.engine.state import EngineState
 from specrag_jax.models.executor.packing import Chunk, bucket
 from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.sampling.batch import SamplingBatch
@@ -33,9 +36,6 @@ from specrag_jax.models.speculative.tree import (
     pad_tree,
     stack_trees,
 )
-from specrag_jax.serving.engine_state import EngineState
-from specrag_jax.serving.policy import SchedulerConfig
-from specrag_jax.serving.requests import Request, Seq, TopLogprobs, top_of
 
 AcceptFn = Callable[[Seq, int, float, float, TopLogprobs | None], None]  # (sequence, token, logprob, now, top)
 
@@ -118,7 +118,7 @@ class SpecPlanner:
         ready = ready[: bucket(eng.config.max_running)]
         if not ready:
             return None
-        width = bucket(len(ready), eng.config.min_step_seqs)
+        width = eng.config.decode_rows(len(ready))
         cap = eng.backpressure.tree_budget(width, max(room for *_, room in ready))
         if cap is None:
             self.fell_back = True

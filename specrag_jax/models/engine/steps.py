@@ -15,15 +15,15 @@ import time
 
 import numpy as np
 
+from specrag_jax.models.engine.policy import SchedulerConfig
+from specrag_jax.models.engine.requests import PhaseError, Request, Seq, TopLogprobs, top_of
+from specrag_jax.models.engine.rules import finish_reason, next_phase_prompt
+from specrag_jax.models.engine.spec_steps import SpecPlanner, SpecWork
+from specrag_jax.models.engine.state import EngineState
 from specrag_jax.models.executor.packing import Chunk, bucket
 from specrag_jax.models.executor.runner import ModelRunner
-from specrag_jax.models.generation import finish_reason, next_phase_prompt
 from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.models.speculative.decode import SpeculationStats
-from specrag_jax.serving.engine_state import EngineState
-from specrag_jax.serving.policy import SchedulerConfig
-from specrag_jax.serving.requests import PhaseError, Request, Seq, TopLogprobs, top_of
-from specrag_jax.serving.spec_steps import SpecPlanner, SpecWork
 
 
 @dataclasses.dataclass
@@ -39,17 +39,14 @@ class Work:
     def run(self, runner: ModelRunner, cfg: SchedulerConfig):
         decode = all(len(c.tokens) == 1 and c.parents is None for c in self.chunks)
         total = sum(len(c.tokens) for c in self.chunks)
-        min_seqs, min_tokens = (
-            (cfg.min_step_seqs if self.kind == "sample" else cfg.score_step_seqs),
-            cfg.min_step_tokens,
-        )
+        min_seqs = cfg.min_step_seqs if self.kind == "sample" else cfg.score_step_seqs
         # Bucket floors keep the number of distinct step shapes (each one an XLA compilation) small; a sampling
         # step pads its rows to its sequence bucket, so its shape is (tokens, sequences, pages) only.
         # A decode step's token count is its sequence bucket (no padded tokens: each one gathers its KV pages).
-        seqs = bucket(len(self.chunks), min_seqs)
+        seqs = cfg.decode_rows(len(self.chunks)) if decode else bucket(len(self.chunks), min_seqs)
         step = runner.pack(
             self.chunks,
-            token_bucket=seqs if decode else bucket(total, min_tokens),
+            token_bucket=seqs if decode else cfg.step_tokens(total),
             min_seqs=seqs if self.kind == "sample" else min_seqs,
         )
         if self.kind == "score":
@@ -249,7 +246,7 @@ class StepBuilder:
         self.state.check_prompt(prompt, req.phases[s.phase + 1].max_new_tokens)
         s.phase_results.append(result)
         if s.spec_stats is not None:
-            s.spec_stats = SpeculationStats()  # each phase's result has its own counts (as ``Generator``)
+            s.spec_stats = SpeculationStats()  # each phase's result has its own counts (as a plain phase's)
         s.prompt, s.prefilled = prompt, prefilled
         s.out, s.logprobs, s.top_logprobs, s.finish = [], [], [], None
         s.phase += 1

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from specrag_jax.models.engine.engine import Engine
 from specrag_jax.models.generation import Generator
 from specrag_jax.models.speculative.decode import Speculation, combine_stats
 from specrag_jax.models.speculative.ngram_proposer import NgramProposer
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.serving.engine import Engine
-from tests.serving.conftest import DOCS, assert_pages_home
-from tests.serving.test_engine_speculation import near_ties
+from tests.models.engine.conftest import DOCS, assert_pages_home
+from tests.models.engine.test_engine_speculation import near_ties
 
 pytestmark = pytest.mark.slow
 

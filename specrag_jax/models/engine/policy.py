@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.executor.packing import bucket
+from specrag_jax.models.executor.packing import bucket, seq_count_bucket, token_count_bucket
 from specrag_jax.models.speculative.tree import TREE_BUDGETS
 
 
@@ -35,6 +35,7 @@ class SchedulerConfig:
     min_step_seqs: int = 4  # sequence-count bucket floor: fewer step shapes (compilations) under mixed load
     min_step_tokens: int = 64  # token-count bucket floor of prefill / mixed steps
     score_step_seqs: int = 8  # sequences (trees + prefix chunks) in a scoring step: its one sequence bucket
+    fine_buckets: bool = False  # decode rows / step tokens on the fine ladders (less padding, more shapes)
 
     def __post_init__(self) -> None:
         if (
@@ -56,6 +57,18 @@ class SchedulerConfig:
         self.score_step_seqs = bucket(self.score_step_seqs)
         self.token_budget = bucket(self.token_budget)
         self.min_prefill_chunk = min(bucket(self.min_prefill_chunk), self.token_budget)
+
+    def decode_rows(self, n: int) -> int:
+        """Rows of a decode (or speculation) step of ``n`` sequences: powers of two from ``min_step_seqs``, or
+        with ``fine_buckets`` exactly ``n`` up to 8 and then 1.5x steps (``seq_count_bucket``)."""
+        return max(seq_count_bucket(n), self.min_step_seqs) if self.fine_buckets else bucket(n, self.min_step_seqs)
+
+    def step_tokens(self, n: int) -> int:
+        """Padded tokens of a prefill or scoring step carrying ``n``: powers of two from ``min_step_tokens``, or
+        with ``fine_buckets`` 1/16-octave steps above 256 (``token_count_bucket``)."""
+        if self.fine_buckets:
+            return token_count_bucket(n, self.min_step_tokens)
+        return bucket(n, self.min_step_tokens)
 
 
 class Backpressure:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from specrag_jax.models.engine.requests import EngineError
 from specrag_jax.models.generation import Generator, Phase
-from specrag_jax.serving.requests import EngineError
-from tests.serving.conftest import assert_pages_home
+from tests.models.engine.conftest import assert_pages_home
 
 PREFIX = list(range(10, 31))
 SUFFIXES = [[40, 41], [42], [43, 44, 45]]

@@ -1,0 +1,66 @@
+"""The engine driven on the caller's thread (the offline path) against the same engine on its own thread."""
+
+from __future__ import annotations
+
+import pytest
+
+from specrag_jax.errors import SpecRagError
+from specrag_jax.models.engine.context import RequestContext
+from specrag_jax.models.engine.engine import Engine
+from specrag_jax.models.engine.requests import RequestTimeout
+from specrag_jax.models.generation import Generator, Phase, offline_config
+from specrag_jax.models.sampling.params import SamplingParams
+from tests.models.engine.conftest import assert_pages_home
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [3, 4], [20 + i for i in range(13)]]
+
+
+def test_caller_driven_equals_threaded_engine(tiny_model):
+    r = tiny_model.runner
+    offline = Generator(r, tiny_model.generator.eos_ids)
+    threaded = Engine(r, tiny_model.generator.eos_ids, name="threaded", config=offline_config(r)).start()
+    try:
+        served = Generator.over(threaded)
+        for sampling in (SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=5)):
+            a = offline.generate(PROMPTS, sampling, max_new_tokens=9)
+            b = served.generate(PROMPTS, sampling, max_new_tokens=9)
+            assert [x.token_ids for x in a] == [x.token_ids for x in b]
+        phases = [Phase(4), Phase(3)]
+        a = offline.generate_phases([7, 8, 9, 10, 11], [[1], [2, 3]], phases, lambda p, row, res: (2, [40]))
+        b = served.generate_phases([7, 8, 9, 10, 11], [[1], [2, 3]], phases, lambda p, row, res: (2, [40]))
+        assert [[x.token_ids for x in ph] for ph in a] == [[x.token_ids for x in ph] for ph in b]
+    finally:
+        threaded.stop(drain=False)
+        threaded.cache.clear()
+    assert_pages_home(offline.engine)
+    assert r.allocator.num_free == r.allocator.num_usable
+
+
+def test_a_request_that_cannot_be_admitted_fails_instead_of_waiting(tiny_model):
+    r = tiny_model.runner
+    held = r.allocator.allocate(r.allocator.num_free - 2)  # pages another owner keeps: admission can never fit
+    try:
+        with pytest.raises(SpecRagError, match="cannot admit the request"):
+            Generator(r).generate([[3] * 30], max_new_tokens=8)
+    finally:
+        r.allocator.release(held)
+    assert Generator(r).generate([[3] * 30], max_new_tokens=8)[0].token_ids
+    assert r.allocator.num_free == r.allocator.num_usable
+
+
+def test_deadline_and_started_engine_rules(tiny_model):
+    r = tiny_model.runner
+    gen = Generator(r, ctx=RequestContext(timeout=1e-9))
+    with pytest.raises(RequestTimeout):
+        gen.generate([[3] * 30], max_new_tokens=50)
+    assert r.allocator.num_free == r.allocator.num_usable
+    eng = Engine(r, name="own-loop").start()
+    try:
+        req = eng.submit_generate([], [[4, 5]], max_new_tokens=2)
+        with pytest.raises(SpecRagError, match="runs its own loop"):
+            eng.drive(req)
+        req.result(30)
+    finally:
+        eng.stop(drain=False)
+        eng.cache.clear()
+    assert r.allocator.num_free == r.allocator.num_usable
