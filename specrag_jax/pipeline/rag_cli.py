@@ -163,6 +163,6 @@ def rag_config_from_args(args: argparse.Namespace):
     if cfg.progressive_prefill:  # refused before loading models (pipeline/progressive.py)
         raise SpecRagError(
             "--progressive-prefill needs the serving engines' prefix cache (specrag serve); ask and "
-            "eval run the direct executor, which has none"
+            "eval drive their engines on the calling thread without one"
         )
     return cfg
