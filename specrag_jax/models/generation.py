@@ -31,7 +31,9 @@ DEFAULT_MAX_PREFILL_TOKENS = 512  # prompt tokens per step (chunked prefill)
 def offline_config(runner: ModelRunner, max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS) -> SchedulerConfig:
     """The scheduler settings of a caller-driven engine: the whole token budget for prefill (no other clients'
     latency to protect, so no backpressure), no padding floors (a lone sequence decodes in a one-row step) and the
-    fine bucket ladders (five drafts decode on five rows; a 300-token prompt pads to 320, not 512)."""
+    fine bucket ladders (five drafts decode on five rows; a 300-token prompt pads to 320, not 512), and prefill
+    before decoding (a decode row in a prefill step makes the CPU's attention of every sequence pay for the
+    longest chunk: a 512-token step of 5 sequences took 1.50 s against 0.44 s for its 2 prefill chunks alone)."""
     return SchedulerConfig(
         token_budget=max_prefill_tokens,
         backpressure=False,
@@ -39,6 +41,7 @@ def offline_config(runner: ModelRunner, max_prefill_tokens: int = DEFAULT_MAX_PR
         min_step_tokens=runner.min_token_bucket,
         score_step_seqs=1,
         fine_buckets=True,
+        prefill_first=True,
     )
 
 

@@ -36,6 +36,7 @@ class SchedulerConfig:
     min_step_tokens: int = 64  # token-count bucket floor of prefill / mixed steps
     score_step_seqs: int = 8  # sequences (trees + prefix chunks) in a scoring step: its one sequence bucket
     fine_buckets: bool = False  # decode rows / step tokens on the fine ladders (less padding, more shapes)
+    prefill_first: bool = False  # a sampling step carries prefill chunks or decode tokens, never both
 
     def __post_init__(self) -> None:
         if (

@@ -131,6 +131,8 @@ class StepBuilder:
         work = Work("sample", [], [], [], [], [], [])
         cap = bucket(cfg.max_running)  # sequences per sampling step: the largest warmed-up sequence bucket
         decoders = [s for s in seqs if s.decoding and s not in skip][: min(cfg.token_budget, cap)]
+        if cfg.prefill_first and any(s.prefilling and s.sampling is not None for s in seqs):
+            decoders = []  # decode rows would pay a mixed step's attention (measured: 0.62 -> 1.07 s on CPU)
         for s in decoders:
             work.chunks.append(Chunk(s.pages, len(s.prompt) + len(s.out) - 1, [s.out[-1]], rows=[0]))
             work.row_seqs.append(s)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from specrag_jax.errors import SpecRagError
@@ -63,4 +65,28 @@ def test_deadline_and_started_engine_rules(tiny_model):
     finally:
         eng.stop(drain=False)
         eng.cache.clear()
+    assert r.allocator.num_free == r.allocator.num_usable
+
+
+@pytest.mark.parametrize("prefill_first", [True, False])
+def test_offline_steps_never_mix_decode_rows_into_prefill(tiny_model, prefill_first):
+    """Three 20-token prompts under a 32-token budget: [20, 12], [8, 20], then decode. Mixed in, the first
+    sequence's decode row would join the second step ([1, 8, 20]); the negative control shows it does."""
+    r = tiny_model.runner
+    cfg = dataclasses.replace(offline_config(r, 32), prefill_first=prefill_first)
+    eng = Engine(r, name="offline", config=cfg, prefix_cache=False)
+    steps: list[list[int]] = []
+    real_pack = r.pack
+
+    def pack(chunks, **kw):
+        steps.append([len(c.tokens) for c in chunks])
+        return real_pack(chunks, **kw)
+
+    r.pack = pack
+    try:
+        Generator.over(eng).generate([[7 + i] * 20 for i in range(3)], max_new_tokens=4)
+    finally:
+        r.pack = real_pack
+    mixed = [s for s in steps if 1 in s and max(s) > 1]
+    assert (mixed == []) == prefill_first, steps
     assert r.allocator.num_free == r.allocator.num_usable
