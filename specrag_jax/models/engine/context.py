@@ -64,19 +64,14 @@ class RequestContext:
 
     def wait(self, submit: Callable[[float | None], Request]):
         """Submit (with the time left as the engine timeout) and block on the result."""
-        req = submit(self.remaining())
-        with self._lock:
-            self._pending.add(req)
-            if self.cancelled:
-                req.cancel()
+        req = self.track(submit)
         try:
             return req.future.result(None if self.deadline is None else max(self.deadline - time.perf_counter(), 0))
         except FutureTimeout:
             req.cancel()
             raise RequestTimeout("request timed out") from None
         finally:
-            with self._lock:
-                self._pending.discard(req)
+            self.untrack(req)
 
 
 class PrefillHandle:

@@ -128,7 +128,7 @@ class Engine:
     def warmup(
         self, level: str = "full", sampled: bool = True, score: bool = True, spec_budget: int | None = None
     ) -> WarmupReport:
-        """Compile the step shapes this engine can reach (``serving.warmup``; ``spec_budget``: also speculation
+        """Compile the step shapes this engine can reach (``warmup.py``; ``spec_budget``: also speculation
         steps with trees up to that budget); before ``start()``."""
         return warmup(self, level, sampled, score, spec_budget=spec_budget)
 
@@ -162,10 +162,9 @@ class Engine:
                     stepped = self._iteration()
                 except Exception as exc:  # as the loop thread: fail what is in flight
                     with st.lock:
-                        for r in list(st.queue) + list(st.running):
-                            st.finish(r, EngineError(f"engine error: {exc}"))
+                        st.fail_all(exc)
                     continue
-                if stepped is None:
+                if not stepped:
                     with st.lock:
                         if not st.running and st.queue:
                             head = st.queue[0]
@@ -321,11 +320,10 @@ class Engine:
                 self._iteration()
             except Exception as exc:  # a bug must not kill the loop: fail what is in flight, keep serving
                 with st.lock:
-                    for req in list(st.queue) + list(st.running):
-                        st.finish(req, EngineError(f"engine error: {exc}"))
+                    st.fail_all(exc)
 
-    def _iteration(self) -> bool | None:
-        """One step; None when nothing was ready (the loop waits a moment before the next try)."""
+    def _iteration(self) -> bool:
+        """One step; False when nothing was ready (the loop waits a moment before the next try)."""
         with self.state.lock:
             self._reap()
             self._admit()
@@ -334,7 +332,7 @@ class Engine:
             if self._thread is not None:
                 with self._cv:
                     self._cv.wait(timeout=0.005)
-            return None
+            return False
         try:
             outcome = work.run(self.runner, self.config)
             with self.state.lock:

@@ -108,6 +108,11 @@ class EngineState:
             else:
                 req.future.set_result(value)
 
+    def fail_all(self, error: BaseException) -> None:
+        """End every queued and running request: a loop iteration raised ``error``."""
+        for req in list(self.queue) + list(self.running):
+            self.finish(req, EngineError(f"engine error: {error}"))
+
     def fail(self, req: Request, error: BaseException) -> None:
         """End a request with an error (its pages return to the pool)."""
         self.finish(req, error if isinstance(error, SpecRagError) else EngineError(f"engine error: {error}"))
