@@ -37,6 +37,7 @@ class SchedulerConfig:
     score_step_seqs: int = 8  # sequences (trees + prefix chunks) in a scoring step: its one sequence bucket
     fine_buckets: bool = False  # decode rows / step tokens on the fine ladders (less padding, more shapes)
     prefill_first: bool = False  # a sampling step carries prefill chunks or decode tokens, never both
+    sticky_rows: bool = False  # decode / speculation rows never shrink while sequences run (``DecodeWidth``)
 
     def __post_init__(self) -> None:
         if (
@@ -70,6 +71,27 @@ class SchedulerConfig:
         if self.fine_buckets:
             return token_count_bucket(n, self.min_step_tokens)
         return bucket(n, self.min_step_tokens)
+
+
+class DecodeWidth:
+    """Rows of the decode and speculation steps. With ``sticky_rows`` the width keeps its largest value until the
+    engine runs nothing: as drafts finish one by one, a batch of five keeps decoding on five rows (one compiled
+    shape per generation, padded rows cost little next to the weight reads) instead of compiling 4, 3, 2, 1."""
+
+    def __init__(self, cfg: SchedulerConfig) -> None:
+        self.cfg = cfg
+        self.floor = 0
+
+    def rows(self, n: int) -> int:
+        """Rows of a step of ``n`` sequences."""
+        r = max(self.cfg.decode_rows(n), self.floor)
+        if self.cfg.sticky_rows:
+            self.floor = r
+        return r
+
+    def idle(self) -> None:
+        """Nothing runs: the next batch starts from its own width."""
+        self.floor = 0
 
 
 class Backpressure:

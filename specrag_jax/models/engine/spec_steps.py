@@ -118,7 +118,7 @@ class SpecPlanner:
         ready = ready[: bucket(eng.config.max_running)]
         if not ready:
             return None
-        width = eng.config.decode_rows(len(ready))
+        width = eng.widths.rows(len(ready))
         cap = eng.backpressure.tree_budget(width, max(room for *_, room in ready))
         if cap is None:
             self.fell_back = True

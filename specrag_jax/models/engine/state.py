@@ -18,7 +18,7 @@ import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.engine.admission import Admitter
-from specrag_jax.models.engine.policy import Backpressure, SchedulerConfig
+from specrag_jax.models.engine.policy import Backpressure, DecodeWidth, SchedulerConfig
 from specrag_jax.models.engine.prefix_cache import PrefixCache
 from specrag_jax.models.engine.requests import EngineError, Request, RequestCancelled, RequestTimeout, Seq
 from specrag_jax.models.engine.rules import GenerationResult, check_prompt
@@ -66,6 +66,7 @@ class EngineState:
         runner.penalties.reserve(self.config.max_running)  # before warm-up: the slot count is a step shape
         self.admitter = Admitter(runner.allocator, self.cache, runner.page_size, runner.max_seq_len, runner.penalties)
         self.backpressure = Backpressure(self.config)
+        self.widths = DecodeWidth(self.config)
         self.on_stage = on_stage  # told the seconds of every stage (queue wait, steps, request)
         self.lock = threading.Lock()  # held while the loop mutates pages / requests
         self.queue: collections.deque[Request] = collections.deque()
@@ -97,6 +98,8 @@ class EngineState:
         self.admitter.release(req)
         if req in self.running:
             self.running.remove(req)
+            if not self.running:
+                self.widths.idle()
         if req in self.queue:
             self.queue.remove(req)
         self.counters["failed" if error else "completed"] += 1

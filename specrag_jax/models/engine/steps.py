@@ -35,15 +35,21 @@ class Work:
     trees: list[Request]  # score: requests whose tree is in this step
     targets: list[int]
     requests: list[Request]
+    rows: int = 0  # a sampling decode step's rows (``DecodeWidth``), set when it is built
+
+    @property
+    def decodes(self) -> bool:
+        """One token per sequence, no tree: a decode step."""
+        return all(len(c.tokens) == 1 and c.parents is None for c in self.chunks)
 
     def run(self, runner: ModelRunner, cfg: SchedulerConfig):
-        decode = all(len(c.tokens) == 1 and c.parents is None for c in self.chunks)
         total = sum(len(c.tokens) for c in self.chunks)
         min_seqs = cfg.min_step_seqs if self.kind == "sample" else cfg.score_step_seqs
         # Bucket floors keep the number of distinct step shapes (each one an XLA compilation) small; a sampling
         # step pads its rows to its sequence bucket, so its shape is (tokens, sequences, pages) only.
-        # A decode step's token count is its sequence bucket (no padded tokens: each one gathers its KV pages).
-        seqs = cfg.decode_rows(len(self.chunks)) if decode else bucket(len(self.chunks), min_seqs)
+        # A decode step's token count is its row count (no padded tokens: each one gathers its KV pages).
+        decode = self.decodes
+        seqs = (self.rows or cfg.decode_rows(len(self.chunks))) if decode else bucket(len(self.chunks), min_seqs)
         step = runner.pack(
             self.chunks,
             token_bucket=seqs if decode else cfg.step_tokens(total),
@@ -140,6 +146,8 @@ class StepBuilder:
         alloc = eng.runner.allocator
         chunk = eng.backpressure.update(len(decoders), alloc.num_free / max(alloc.num_usable, 1))
         self._prefill_chunks(seqs, min(chunk, cfg.token_budget - len(decoders)), True, work, max_chunks=cap)
+        if work.chunks and work.decodes:
+            work.rows = eng.widths.rows(len(work.chunks))
         return work
 
     def _score(self, trees: list[Request], seqs: list[Seq]) -> Work:

@@ -90,3 +90,34 @@ def test_offline_steps_never_mix_decode_rows_into_prefill(tiny_model, prefill_fi
     mixed = [s for s in steps if 1 in s and max(s) > 1]
     assert (mixed == []) == prefill_first, steps
     assert r.allocator.num_free == r.allocator.num_usable
+
+
+@pytest.mark.parametrize("sticky_rows", [True, False])
+def test_offline_decode_keeps_its_width_while_branches_finish(tiny_model, sticky_rows):
+    """Five branches stopping after 1..5 tokens (the first at its prefill): with sticky rows every decode step has
+    the first decode step's four rows (one compiled shape); the negative control shrinks 4, 3, 2, 1."""
+    r = tiny_model.runner
+    cfg = dataclasses.replace(offline_config(r), sticky_rows=sticky_rows)
+    eng = Engine(r, name="offline", config=cfg, prefix_cache=False)
+    rows: list[int] = []
+    real_pack = r.pack
+
+    def pack(chunks, **kw):
+        if all(len(c.tokens) == 1 for c in chunks):
+            rows.append(kw["min_seqs"])
+        return real_pack(chunks, **kw)
+
+    prompts = [[9 + i, 4, 5] for i in range(5)]
+    stop = lambda branch, out: len(out) > branch  # noqa: E731
+    r.pack = pack
+    try:
+        out = Generator.over(eng).generate(prompts, max_new_tokens=8, stop_fn=stop)
+        again = Generator.over(eng).generate(prompts[:2], max_new_tokens=3)  # a new batch: its own width
+    finally:
+        r.pack = real_pack
+    assert [len(x.token_ids) for x in out] == [1, 2, 3, 4, 5]
+    assert [len(x.token_ids) for x in again] == [3, 3]
+    first, second = rows[:4], rows[4:]
+    assert first == ([4] * 4 if sticky_rows else [4, 3, 2, 1]), rows
+    assert second == [2, 2], rows
+    assert r.allocator.num_free == r.allocator.num_usable
