@@ -203,6 +203,13 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         help="skip the first OFFSET questions (e.g. the ones a drafter adapter was trained on)",
     )
     p.add_argument("--limit", type=int, default=None, help="evaluate at most LIMIT questions after the offset")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="questions answered at once on shared started engines (the serving path in process; latencies then "
+        "include waiting for the other questions)",
+    )
     add_split_options(p)
     p.add_argument("--json", action="store_true", help="print the results object as JSON")
     p.add_argument("--out", default=None, help="folder for results.json, predictions.jsonl and a plot")
@@ -263,7 +270,9 @@ def _eval(args: argparse.Namespace) -> int:
     config = rag_config_from_args(args)
     corpus = None if args.corpus is None else load_corpus(args.corpus)  # a bad corpus fails before loading
     rag = build_rag(args, corpus, config)
-    results = evaluate(rag, rows, methods, progress=not (args.json or args.quiet), corpus=corpus)
+    results = evaluate(
+        rag, rows, methods, progress=not (args.json or args.quiet), corpus=corpus, concurrency=args.concurrency
+    )
     predictions = results.pop("predictions")
     results["config"] = eval_config(args, args.data, data, rag, config)
     if args.out:

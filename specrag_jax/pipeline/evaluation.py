@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from specrag_jax.errors import SpecRagError
 from specrag_jax.machine_peaks import peaks_once
 from specrag_jax.pipeline.closed_set import from_row
+from specrag_jax.pipeline.concurrent_answers import answer_rows, check_concurrency
 from specrag_jax.pipeline.datasets import score_answer
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.lossless import summarize_speculation
@@ -85,7 +86,12 @@ ROOFLINE_MAX_COMPILE_SHARE = 0.05  # answers that spent more of their time in XL
 
 
 def evaluate(
-    rag: SpecRAG, rows: list[dict], methods: Sequence[str], progress: bool = True, corpus: Sequence[dict] | None = None
+    rag: SpecRAG,
+    rows: list[dict],
+    methods: Sequence[str],
+    progress: bool = True,
+    corpus: Sequence[dict] | None = None,
+    concurrency: int = 1,
 ) -> dict[str, Any]:
     """Run every method on every row; returns the public JSON shape (without ``config``).
 
@@ -97,12 +103,15 @@ def evaluate(
     questions of the fraction of the question's own passages (by text, ``retrieval.pooling``) among the
     ``n_docs`` documents it used (the final, reranked top). With reranking, ``rerank`` is the early-termination
     report (``rerank.coarse_to_fine.summarize_rerank``).
+    ``concurrency``: questions answered at once on shared started engines (``pipeline.concurrent_answers``; the
+    latencies then include waiting for the other questions' steps).
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise SpecRagError(
             f"unknown method(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(METHODS)}"
         )
+    check_concurrency(rag, concurrency)
     from tqdm import tqdm
 
     keys = None if corpus is None else {str(d["id"]): passage_key(d) for d in corpus}
@@ -126,14 +135,15 @@ def evaluate(
     predictions = []
     verified: list[tuple[list[Draft], dict]] = []  # the speculative drafts and their question row
     paths: list[tuple[str | None, bool]] = []
-    for row in tqdm(rows, desc="questions", disable=not progress, unit="q"):
+
+    def answer(pipeline: SpecRAG, row: dict) -> dict:
         closed = from_row(row)  # arc_c / pubhealth: the choices go into the prompts, answers are labels
-        answers = rag.answer_methods(
+        answers = pipeline.answer_methods(
             row["question"], _row_docs(row) if keys is None else None, methods, closed_set=closed
         )
         if "speculative" in answers:  # every selection option is scored on the same drafts (outside the latency)
             spec = answers["speculative"]
-            rag.verify(
+            pipeline.verify(
                 row["question"],
                 spec.docs,
                 spec.drafts,
@@ -142,6 +152,10 @@ def evaluate(
                 evidence="evidence_verification_s" not in spec.trace,
                 closed_set=closed,
             )
+        return answers
+
+    answered = answer_rows(rag, rows, answer, concurrency)
+    for row, answers in zip(tqdm(rows, desc="questions", disable=not progress, unit="q"), answered):
         for method, result in answers.items():
             a = acc[method]
             recall = None

@@ -89,6 +89,7 @@ def run_suite(
     describe: Callable[[SuiteFile], dict[str, Any]],
     out: Path | None = None,
     progress: bool = True,
+    concurrency: int = 1,
 ) -> dict[str, dict[str, Any]]:
     """Evaluate every file with its settings; returns ``{column: results}`` (the single-file eval JSON, with
     ``config`` from ``describe``). With ``out``, each file's ``results.json`` and ``predictions.jsonl`` are
@@ -99,7 +100,7 @@ def run_suite(
         for f in files:
             rag.config = dataclasses.replace(base, **file_settings(f.data.task, given))
             rag.config.check()
-            results = evaluate(rag, f.rows, methods, progress=progress)
+            results = evaluate(rag, f.rows, methods, progress=progress, concurrency=concurrency)
             predictions = results.pop("predictions")
             results["config"] = describe(f)
             per_file[f.column] = results

@@ -44,6 +44,7 @@ def eval_suite(
         lambda f: eval_config(args, str(f.path), f.data, rag, rag.config),
         out,
         progress=not (args.json or args.quiet),
+        concurrency=args.concurrency,
     )
     models = {"drafter": args.drafter, "drafter_adapter": rag.drafter_adapter, "verifier": args.verifier}
     table = build_table(per_file, files, methods, models, hardware())
@@ -65,6 +66,7 @@ def eval_config(args: argparse.Namespace, path: str, data: Dataset, rag: SpecRAG
         "holdout_fraction": args.holdout_fraction,
         "offset": args.offset,
         "limit": args.limit,
+        "concurrency": args.concurrency,
         "drafter": args.drafter,
         "drafter_adapter": rag.drafter_adapter,
         "max_seq_len": args.max_seq_len,
