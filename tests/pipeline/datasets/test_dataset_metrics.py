@@ -121,7 +121,7 @@ def stub_eval(monkeypatch):
     """`specrag eval` with model loading and evaluation replaced: returns the rows evaluate() received."""
     seen: dict = {}
 
-    def evaluate(rag, rows, methods, progress=True, corpus=None):
+    def evaluate(rag, rows, methods, progress=True, corpus=None, concurrency=1):
         seen["rows"] = rows
         return {"methods": {}, "predictions": []}
 
