@@ -3,8 +3,6 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 QUESTION ?= How do I leave a loop early in Python?
-# pytest workers of `make test`: the real-model tests share one (tests/conftest.py), the others spread out.
-TEST_WORKERS ?= 2
 
 .PHONY: install run test format bench drafter-adapter clean
 
@@ -25,7 +23,7 @@ run: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q --durations=15
 
 # Apply what `make test` checks: ruff's safe lint fixes, then the formatter.
 format: install

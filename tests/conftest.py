@@ -13,16 +13,6 @@ from specrag_jax.models.engine.warmup import memory_mappings
 MAP_HEADROOM = 30000  # memory mappings above which the compiled programs are dropped between tests
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for ``pytest -n 2 --dist loadgroup`` (``make test``): every real-model test in one worker (one
-    process holds the real models and transformers' references, as in a one-process run: two would need twice
-    the memory), every other test with the rest of its file (module fixtures built once)."""
-    for item in items:
-        group = "real-models" if item.get_closest_marker("slow") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(autouse=True)
 def _bounded_memory_mappings():
     """Keep the session under Linux's default vm.max_map_count (65530).
