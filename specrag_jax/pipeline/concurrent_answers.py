@@ -52,14 +52,15 @@ class SharedEngines:
                 eng = Engine(model.runner, model.generator.eos_ids, name=role, config=config, prefix_cache=False)
                 by_runner[id(model.runner)] = eng
             self.engines[role] = eng
+        self._unique = list(by_runner.values())
 
     def __enter__(self) -> "SharedEngines":
-        for eng in {id(e): e for e in self.engines.values()}.values():
+        for eng in self._unique:
             eng.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        for eng in {id(e): e for e in self.engines.values()}.values():
+        for eng in self._unique:
             eng.stop(drain=False)
 
     def _model(self, role: str, ctx: RequestContext) -> TextModel:

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from specrag_jax.errors import SpecRagError
 from specrag_jax.machine_peaks import peaks_once
 from specrag_jax.pipeline.closed_set import from_row
-from specrag_jax.pipeline.concurrent_answers import answer_rows, check_concurrency
+from specrag_jax.pipeline.concurrent_answers import answer_rows
 from specrag_jax.pipeline.datasets import score_answer
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.lossless import summarize_speculation
@@ -111,7 +111,6 @@ def evaluate(
         raise SpecRagError(
             f"unknown method(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(METHODS)}"
         )
-    check_concurrency(rag, concurrency)
     from tqdm import tqdm
 
     keys = None if corpus is None else {str(d["id"]): passage_key(d) for d in corpus}
