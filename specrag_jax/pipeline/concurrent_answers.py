@@ -16,6 +16,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.engine.context import RequestContext
 from specrag_jax.models.engine.engine import Engine
+from specrag_jax.models.engine.per_model import distinct_engines, engine_per_model
 from specrag_jax.models.generation import Generator, offline_config
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.specrag import SpecRAG
@@ -43,24 +44,22 @@ class SharedEngines:
 
     def __init__(self, rag: SpecRAG) -> None:
         self.rag = rag
-        self.engines: dict[str, Engine] = {}
-        by_runner: dict[int, Engine] = {}
-        for role, model in (("drafter", rag.drafter), ("verifier", rag.verifier)):
-            eng = by_runner.get(id(model.runner))
-            if eng is None:
-                config = offline_config(model.runner)  # prefix cache off, as one question at a time runs
-                eng = Engine(model.runner, model.generator.eos_ids, name=role, config=config, prefix_cache=False)
-                by_runner[id(model.runner)] = eng
-            self.engines[role] = eng
-        self._unique = list(by_runner.values())
+        models = {"drafter": rag.drafter, "verifier": rag.verifier}
+        self.engines = engine_per_model(models, self._engine)
+        self._distinct = list(distinct_engines(self.engines).values())
+
+    @staticmethod
+    def _engine(role: str, model: TextModel) -> Engine:
+        config = offline_config(model.runner)  # prefix cache off, as one question at a time runs
+        return Engine(model.runner, model.generator.eos_ids, name=role, config=config, prefix_cache=False)
 
     def __enter__(self) -> "SharedEngines":
-        for eng in self._unique:
+        for eng in self._distinct:
             eng.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        for eng in self._unique:
+        for eng in self._distinct:
             eng.stop(drain=False)
 
     def _model(self, role: str, ctx: RequestContext) -> TextModel:

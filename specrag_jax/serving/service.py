@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.engine.context import RequestContext
 from specrag_jax.models.engine.engine import Engine
+from specrag_jax.models.engine.per_model import distinct_engines, engine_per_model
 from specrag_jax.models.engine.policy import SchedulerConfig
 from specrag_jax.models.engine.state import StageFn
 from specrag_jax.models.engine.warmup import check_map_budget, step_shapes, warmup
@@ -103,21 +104,7 @@ class Service:
         ``reranker(mode)``."""
         self.config = config or ServeConfig()
         self.models = {"drafter": drafter, "verifier": verifier}
-        self.engines: dict[str, Engine] = {}
-        by_runner: dict[int, Engine] = {}
-        for role, model in self.models.items():  # one engine per model (a model serving both roles: one engine)
-            eng = by_runner.get(id(model.runner))
-            if eng is None:
-                eng = Engine(
-                    model.runner,
-                    model.generator.eos_ids,
-                    name=role,
-                    config=self.config.scheduler,
-                    prefix_cache=self.config.prefix_cache,
-                    on_stage=on_stage,
-                )
-                by_runner[id(model.runner)] = eng
-            self.engines[role] = eng
+        self.engines = engine_per_model(self.models, self._engine(on_stage))
         if self.config.speculative != "none":
             for model in {id(m.runner): m for m in self.models.values()}.values():
                 check_can_speculate(model.runner, self.speculation(), model.name)
@@ -137,7 +124,18 @@ class Service:
 
     @property
     def unique_engines(self) -> dict[str, Engine]:
-        return {e.name: e for e in self.engines.values()}
+        return distinct_engines(self.engines)
+
+    def _engine(self, on_stage: StageFn | None) -> Callable[[str, TextModel], Engine]:
+        """Builds a model's engine with the served scheduler and prefix cache."""
+
+        def make(role: str, model: TextModel) -> Engine:
+            config, cache = self.config.scheduler, self.config.prefix_cache
+            return Engine(
+                model.runner, model.generator.eos_ids, name=role, config=config, prefix_cache=cache, on_stage=on_stage
+            )
+
+        return make
 
     def speculation(self) -> Speculation | None:
         """The token-tree speculation of completion requests (``--speculative``), or None."""

@@ -4,7 +4,7 @@
 work on), ``steps`` / ``spec_steps`` (build and dispatch one step), ``rules`` (phases, results, the stop rule,
 the prompt check), ``admission``, ``prefix_cache`` (radix), ``policy`` (token budget, buckets, backpressure),
 ``requests`` (request and sequence records, errors), ``context`` (a caller's deadline and cancellation),
-``warmup`` (compile every reachable step shape).
+``warmup`` (compile every reachable step shape), ``per_model`` (one engine per model, shared by its roles).
 """
 
 from specrag_jax.lazy_exports import lazy_exports
@@ -16,6 +16,7 @@ _EXPORTS = {
     "rules": ("GenerationResult", "Phase"),
     "requests": ("EngineError", "Request", "Tree"),
     "warmup": ("WarmupReport", "warmup"),
+    "per_model": ("engine_per_model", "distinct_engines"),
 }
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
