@@ -5,10 +5,14 @@ from __future__ import annotations
 import gc
 from typing import Callable
 
-import jax
-import pytest
+from tests.xla_env import use_test_flags
 
-from specrag_jax.models.engine.warmup import memory_mappings
+use_test_flags()  # before JAX starts its backend
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+from specrag_jax.models.engine.warmup import memory_mappings  # noqa: E402
 
 MAP_HEADROOM = 30000  # memory mappings above which the compiled programs are dropped between tests
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.xla_env import xla_flags
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -18,7 +20,7 @@ def run_json(args: list[str], devices: int = 8, timeout: int = 600, env: dict | 
     """Run ``python args`` with ``devices`` host CPU devices; the last stdout line that is a JSON object."""
     full_env = {
         **os.environ,
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "XLA_FLAGS": xla_flags(f"--xla_force_host_platform_device_count={devices}"),
         "JAX_PLATFORMS": "cpu",
         **(env or {}),
     }

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.parallel.conftest import ROOT, run_json
+from tests.xla_env import xla_flags
 
 
 def test_eight_devices(multidevice):
@@ -84,7 +85,7 @@ def test_two_processes_sharded_forward_matches_single_process():
     from specrag_jax.parallel.distributed import sharded_forward_logits
 
     port = _free_port()
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=2"), "JAX_PLATFORMS": "cpu"}
     cmd = [
         sys.executable,
         "-m",

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.xla_env import xla_flags
+
 ROOT = Path(__file__).resolve().parents[2]
 _CHILD = textwrap.dedent("""
     import json, sys, numpy as np
@@ -36,7 +38,7 @@ _CHILD = textwrap.dedent("""
 
 
 def test_sharded_pool(tmp_path):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=2"), "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from benchmarks.load_memory import big_config, measure
 from benchmarks.synthetic_hf import llama_config, write_checkpoint
+from tests.xla_env import xla_flags
 
 ROOT = Path(__file__).resolve().parents[3]
 MB = 1024 * 1024
@@ -76,7 +77,7 @@ def test_sharded_load_over_8_devices_puts_only_each_devices_part(tmp_path):
     write_checkpoint(tmp_path / "hf", raw, shard_bytes=40_000)
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=8"),
         "JAX_PLATFORMS": "cpu",
         "SPECRAG_CACHE_DIR": str(tmp_path / "cache"),
     }
