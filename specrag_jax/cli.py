@@ -160,12 +160,13 @@ def _ask(args: argparse.Namespace) -> int:
         raise SpecRagError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
     from specrag_jax.compile_time import CompileClock
     from specrag_jax.machine_peaks import peaks_once
+    from specrag_jax.pipeline.concurrent_answers import answer_rows
     from specrag_jax.pipeline.roofline import answer_roofline
 
     rag = build_rag(args, args.corpus, rag_config_from_args(args))
     rag.progress = args.progress
-    with CompileClock() as clock:
-        result = rag.answer(args.question, None, args.method)
+    with CompileClock() as clock:  # on started engines with --progressive-prefill (pipeline.concurrent_answers)
+        (result,) = answer_rows(rag, [args.question], lambda pipeline, q: pipeline.answer(q, None, args.method))
     args.progress.note(f"answer in {result.trace.get('total_s', 0.0):.2f} s, of which {clock.stats.summary()}")
     if args.json:
         result.trace["roofline"] = answer_roofline(rag, result.trace, args.method)  # measures this machine's peaks

@@ -163,3 +163,25 @@ def test_eval_corpus_rerank_with_the_real_reranker(capsys, tmp_path, monkeypatch
     assert std["recall_own_passages"] > 0 and std["rerank"]["groups_scored"] >= 1
     assert any((tmp_path / "doc_kv").rglob("*.safetensors")) == (mode == "kv")  # --kv-store took the entries
     assert not (tmp_path / "default_doc_kv").exists()
+
+
+@pytest.mark.parametrize("command", ["ask", "eval"])
+def test_progressive_prefill_runs_in_ask_and_eval(capsys, tmp_path, tiny_factory, command):
+    corpus = tmp_path / "corpus.jsonl"
+    pool_file(DATA, corpus)
+    head = ["ask", "What is the capital of France?", "--method", "standard"]
+    if command == "eval":
+        head = ["eval", "--data", str(DATA), "--methods", "standard"]
+    flags = ["--corpus", str(corpus), "--n-docs", "2", "--m", "1", "--k", "1", "--rerank", "kv", "--n-coarse", "5"]
+    flags += ["--rerank-group", "1", "--rerank-patience", "3", "--progressive-prefill", "--json", "-q"]
+    code = main(head + flags)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    res = json.loads(out)
+    if command == "ask":  # the trace of a question answered on started engines with a prefix cache
+        info = res["trace"]["progressive"]
+        assert info["trigger_stable_groups"] == 1 and not info["notes"], info
+        assert res["trace"]["rerank"]["groups_scored"] >= 1 and res["answer"]
+    else:
+        assert res["config"]["progressive_prefill"] == 1
+        assert res["methods"]["standard"]["rerank"]["questions"] == 2

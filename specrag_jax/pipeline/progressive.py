@@ -11,9 +11,9 @@ request enters the prefix cache when its prefill ends); the others are cancelled
 shared prefix and every unchanged branch in the engine's radix prefix cache; a changed branch falls back
 through the cache (its longest cached page prefix).
 
-Only an executor with a prefix cache can keep prefilled K/V for a later request: the serving engine's
-(``Generator.start_prefill`` over a started engine). ask and eval refuse it for now (their engines keep no
-prefix cache between calls).
+Only an engine with a prefix cache can keep prefilled K/V for a later request (``Generator.start_prefill`` over
+a started engine): the server's, and the shared started engines ask and eval run on when it is on
+(``pipeline.concurrent_answers``). A pipeline over engines without one refuses it when it answers.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def require_prefix_cache(after: int, *models: Any) -> None:
         if cache is None or not cache.enabled:
             raise SpecRagError(
                 f"progressive prefill needs a prefix cache to keep what it prefills; {model.name}'s "
-                f"engine has none (it runs on the serving engines: specrag serve)"
+                f"engine has none (started engines keep one: pipeline.concurrent_answers, specrag serve)"
             )
 
 

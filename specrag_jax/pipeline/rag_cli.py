@@ -160,9 +160,11 @@ def rag_config_from_args(args: argparse.Namespace):
         **rerank_fields(args),
     )
     cfg.check()
-    if cfg.progressive_prefill:  # refused before loading models (pipeline/progressive.py)
-        raise SpecRagError(
-            "--progressive-prefill needs the serving engines' prefix cache (specrag serve); ask and "
-            "eval drive their engines on the calling thread without one"
-        )
+    if cfg.progressive_prefill and cfg.rerank != "kv":  # refused before loading models, as answer_rows would
+        from specrag_jax.pipeline.concurrent_answers import engine_rerank_error
+        from specrag_jax.pipeline.factory import reranker_role
+
+        role = reranker_role(cfg, args.drafter, args.verifier)
+        if role is not None:
+            raise SpecRagError(engine_rerank_error(cfg.rerank, role))
     return cfg

@@ -8,6 +8,7 @@ question came without passages, else all the passages it came with; both are rer
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Protocol, Sequence
 
@@ -22,6 +23,17 @@ class Scorer(Protocol):
     """What the pipeline needs of a reranker (``specrag_jax.rerank.reranker.Reranker``)."""
 
     def score(self, question: str, docs: Sequence[dict]) -> list[float]: ...
+
+
+class OneAtATime:
+    """A reranker whose calls hold a lock: its model is shared by several threads (questions, requests)."""
+
+    def __init__(self, scorer: Scorer, lock: threading.Lock | None = None) -> None:
+        self.scorer, self.lock = scorer, lock or threading.Lock()
+
+    def score(self, question: str, docs: Sequence[dict]) -> list[float]:
+        with self.lock:
+            return self.scorer.score(question, docs)
 
 
 class GroupListener(Protocol):

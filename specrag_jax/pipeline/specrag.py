@@ -95,7 +95,6 @@ class SpecRAG:
             raise SpecRagError(
                 f"rerank {self.config.rerank!r} needs a reranker (SpecRAG(..., reranker=...); build_specrag builds one)"
             )
-        require_prefix_cache(self.config.progressive_prefill, drafter, verifier)
         self._progressive = ProgressivePrefill(self, "", ())  # replaced per question (pipeline/progressive.py)
         self.drafter_adapter: str | None = None  # the adapter merged into the drafter (build_specrag sets it)
 
@@ -224,6 +223,7 @@ class SpecRAG:
         if not docs:
             raise SpecRagError("no documents: the question came without passages and the search found none")
         trace = {} if trace is None else trace
+        require_prefix_cache(cfg.progressive_prefill, self.drafter, self.verifier)
         progressive = self._progressive = ProgressivePrefill(self, question, methods, closed)
         with progressive:  # closing it cancels what is in flight (errors included)
             if cfg.rerank != "none":  # with progressive prefill, the prompts prefill while reranking goes on

@@ -48,7 +48,8 @@ def add_rerank_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="prefill the drafter's prompts (and the standard prompt) once the top n-docs set is unchanged "
-        "for N groups (default N 1) while reranking goes on; engine-backed (serve) only",
+        "for N groups (default N 1) while reranking goes on (ask and eval then run on started engines with a "
+        "prefix cache, as serve does)",
     )
     g.add_argument(
         "--kv-store",

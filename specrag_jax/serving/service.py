@@ -3,7 +3,7 @@
 Each RAG request runs the unchanged pipeline (``SpecRAG``) in a worker thread over ``EngineTextModel``s,
 so many requests interleave their drafting (drafter engine) and verification (verifier engine), and the
 two engines step at the same time. A reranker (``--rerank``) on the drafter or the verifier runs in kv mode
-as scoring requests on that model's engine (``serving.engine_reranker``; documents reused from the radix
+as scoring requests on that model's engine (``rerank.engine_reranker``; documents reused from the radix
 prefix cache); recompute mode and other models run on their own model instance, one call at a time
 (``Service.reranker``).
 """
@@ -27,10 +27,10 @@ from specrag_jax.models.speculative.ngram_proposer import NgramProposer
 from specrag_jax.models.speculative.tree import check_budget
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.clustering import SubsetFn
-from specrag_jax.pipeline.reranking import Scorer
+from specrag_jax.pipeline.reranking import OneAtATime, Scorer
 from specrag_jax.pipeline.specrag import RAGAnswer, RAGConfig, SearchFn, SpecRAG
+from specrag_jax.rerank.engine_reranker import EngineReranker
 from specrag_jax.serving.adapter import EngineTextModel
-from specrag_jax.serving.engine_reranker import EngineReranker
 
 SPECULATIVE = ("none", "ngram")  # proposers of /v1/completions and /v1/chat/completions (no drafts)
 RAG_OPTIONS = (
@@ -46,17 +46,6 @@ RAG_OPTIONS = (
     "tau_min",
 )  # per request
 RerankerFactory = Callable[[str], Scorer]  # a rerank mode ("kv" | "recompute") -> a reranker
-
-
-class _OneAtATime:
-    """A reranker whose calls hold ``lock`` (its model is shared by every request thread)."""
-
-    def __init__(self, scorer: Scorer, lock: threading.Lock) -> None:
-        self.scorer, self.lock = scorer, lock
-
-    def score(self, question: str, docs: Sequence[dict]) -> list[float]:
-        with self.lock:
-            return self.scorer.score(question, docs)
 
 
 @dataclasses.dataclass
@@ -100,7 +89,7 @@ class Service:
         """``reranker(mode)`` builds the reranker of a mode (once per mode); ``reranker_names``: the names a
         request's ``reranker`` field may give for it (default: the configured name, or the drafter's).
         ``engine_reranker``: when the reranker is the drafter or the verifier, ``kv`` mode is served by that
-        model's engine (``serving.engine_reranker``: documents stay in its radix prefix cache) instead of
+        model's engine (``rerank.engine_reranker``: documents stay in its radix prefix cache) instead of
         ``reranker(mode)``."""
         self.config = config or ServeConfig()
         self.models = {"drafter": drafter, "verifier": verifier}
@@ -216,7 +205,7 @@ class Service:
             raise SpecRagError("this server has no reranker (start it with --rerank kv or --rerank recompute)")
         with self._rerank_lock:
             if mode not in self._rerankers:
-                self._rerankers[mode] = _OneAtATime(self.reranker_factory(mode), threading.Lock())
+                self._rerankers[mode] = OneAtATime(self.reranker_factory(mode))
             return self._rerankers[mode]
 
     def rag(self, question: str, docs, method: str, ctx: RequestContext, **options: Any) -> RAGAnswer:

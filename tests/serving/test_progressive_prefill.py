@@ -179,11 +179,11 @@ def test_bad_progressive_config_is_a_one_line_error(kwargs, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_text_model_without_a_prefix_cache_refuses_progressive_prefill(rag_models):
-    with pytest.raises(SpecRagError) as err:
-        SpecRAG(*rag_models, subsets=lambda *a: ([], {}), config=rag_config(1), reranker=Scripted(STABLE))
+def test_a_text_model_without_a_prefix_cache_refuses_progressive_prefill_when_it_answers(rag_models):
+    rag = SpecRAG(*rag_models, subsets=lambda *a: ([], {}), config=rag_config(1), reranker=Scripted(STABLE))
+    with pytest.raises(SpecRagError) as err:  # built (ask and eval answer on started engines: concurrent_answers)
+        rag.answer(QUESTION, DOCS)
     assert "needs a prefix cache" in str(err.value) and "\n" not in str(err.value)
-    SpecRAG(*rag_models, subsets=lambda *a: ([], {}), config=rag_config(0), reranker=Scripted(STABLE))
 
 
 def test_the_trigger_sees_each_group_and_never_fires_on_the_last():
@@ -207,10 +207,10 @@ def test_the_trigger_sees_each_group_and_never_fires_on_the_last():
 @pytest.mark.parametrize(
     "head, message",
     [
-        (["ask", "What is Python?", "--rerank", "kv", "-q"], "--progressive-prefill needs the serving engines' prefix"),
+        (["ask", "What is Python?", "--rerank", "recompute", "-q"], "--rerank recompute on the drafter would run"),
         (
-            ["eval", "--data", "tests/pipeline/data/mini_eval.jsonl", "--rerank", "kv", "-q"],
-            "--progressive-prefill needs the serving engines'",
+            ["eval", "--data", "tests/pipeline/data/mini_eval.jsonl", "--rerank", "recompute", "-q"],
+            "use --rerank kv (served by the engine) or another --reranker",
         ),
         (
             ["serve", "--compile-cache", "none", "--drafter", "tiny:llama", "--verifier", "tiny:llama"],

@@ -117,8 +117,8 @@ def test_serve_builds_rerankers_on_their_own_model(monkeypatch, tmp_path):
     import argparse
 
     from specrag_jax.rerank import kv_store
+    from specrag_jax.rerank.engine_reranker import EngineReranker
     from specrag_jax.serving.cli import add_serve_parser, build_service
-    from specrag_jax.serving.engine_reranker import EngineReranker
 
     monkeypatch.setattr(kv_store, "default_store_dir", lambda: tmp_path / "doc_kv")
     parser = argparse.ArgumentParser()
