@@ -185,3 +185,10 @@ def test_progressive_prefill_runs_in_ask_and_eval(capsys, tmp_path, tiny_factory
     else:
         assert res["config"]["progressive_prefill"] == 1
         assert res["methods"]["standard"]["rerank"]["questions"] == 2
+
+
+def test_recompute_beside_started_engines_is_refused_before_loading(capsys):
+    for flags in (["--progressive-prefill"], ["--concurrency", "2"]):
+        assert main(["eval", "--data", str(DATA), "--rerank", "recompute", "-q"] + flags) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--rerank recompute on the drafter would run its model beside" in err[0], err

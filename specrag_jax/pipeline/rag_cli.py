@@ -160,7 +160,8 @@ def rag_config_from_args(args: argparse.Namespace):
         **rerank_fields(args),
     )
     cfg.check()
-    if cfg.progressive_prefill and cfg.rerank != "kv":  # refused before loading models, as answer_rows would
+    started = cfg.progressive_prefill or getattr(args, "concurrency", 1) > 1  # answers on started engines
+    if started and cfg.rerank == "recompute":  # refused before loading models, as answer_rows would
         from specrag_jax.pipeline.concurrent_answers import engine_rerank_error
         from specrag_jax.pipeline.factory import reranker_role
 
