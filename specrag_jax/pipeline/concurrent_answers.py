@@ -36,7 +36,7 @@ def on_started_engines(rag: SpecRAG, concurrency: int) -> bool:
     return concurrency > 1 or rag.config.progressive_prefill > 0
 
 
-def reranker_role(rag: SpecRAG) -> str | None:
+def reranker_model_role(rag: SpecRAG) -> str | None:
     """The role whose model ``rag.reranker`` scores with (None: no reranker, or one on another model)."""
     runner = getattr(getattr(rag.reranker, "model", None), "runner", None)
     for role in ("drafter", "verifier"):
@@ -53,7 +53,7 @@ def check_concurrency(rag: SpecRAG, concurrency: int) -> None:
         raise SpecRagError(
             "--concurrency > 1 needs --clustering lexical: the drafter's embedder runs outside the engines"
         )
-    role = reranker_role(rag)
+    role = reranker_model_role(rag)
     if on_started_engines(rag, concurrency) and role and rag.config.rerank != "kv":
         raise SpecRagError(engine_rerank_error(rag.config.rerank, role))
 
@@ -69,15 +69,13 @@ def engine_rerank_error(mode: str, role: str) -> str:
 class SharedEngines:
     """A started engine per model of ``rag`` (one for both roles when they share a model), stopped on exit.
 
-    ``prefix_cache`` (default: on with progressive prefill or an engine-served reranker) keeps finished
-    prompts' pages for later requests; off, questions share nothing but the engines' steps."""
+    The engines keep a prefix cache (finished prompts' pages for later requests) with progressive prefill or an
+    engine-served reranker; otherwise questions share nothing but the engines' steps."""
 
-    def __init__(self, rag: SpecRAG, prefix_cache: bool | None = None) -> None:
+    def __init__(self, rag: SpecRAG) -> None:
         self.rag = rag
-        self.reranker_role = reranker_role(rag)
-        if prefix_cache is None:
-            prefix_cache = rag.config.progressive_prefill > 0 or self.reranker_role is not None
-        self.prefix_cache = prefix_cache
+        self.reranker_role = reranker_model_role(rag)
+        self.prefix_cache = rag.config.progressive_prefill > 0 or self.reranker_role is not None
         models = {"drafter": rag.drafter, "verifier": rag.verifier}
         self.engines = engine_per_model(models, self._engine)
         self._distinct = list(distinct_engines(self.engines).values())
