@@ -36,7 +36,7 @@ DEV = ROOT.parent / "shared" / "data" / "retrievalqa_dev.jsonl"
 ORDER = ("before", "after", "after", "before")
 
 
-def _run(tree: Path, args: list[str]) -> tuple[str, float]:
+def run_cli(tree: Path, args: list[str]) -> tuple[str, float]:
     """stdout of ``python -m specrag_jax.cli ARGS`` with ``tree``'s package first on the path, and its wall time."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     t0 = time.perf_counter()
@@ -49,7 +49,7 @@ def _run(tree: Path, args: list[str]) -> tuple[str, float]:
 
 
 def _ask(tree: Path, question: str) -> dict:
-    out, wall = _run(tree, ["ask", "--json", "-q", question])
+    out, wall = run_cli(tree, ["ask", "--json", "-q", question])
     res = json.loads(out.strip().splitlines()[-1])
     return {
         "answer": res["answer"],
@@ -61,7 +61,7 @@ def _ask(tree: Path, question: str) -> dict:
 
 def _eval(tree: Path, data: str, n: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        _, wall = _run(tree, ["eval", "--data", data, "--limit", str(n), "--methods", "standard,speculative",
+        _, wall = run_cli(tree, ["eval", "--data", data, "--limit", str(n), "--methods", "standard,speculative",
                               "--out", tmp, "-q"])  # fmt: skip
         results = json.loads((Path(tmp) / "results.json").read_text())
         preds = [json.loads(line) for line in (Path(tmp) / "predictions.jsonl").read_text().splitlines()]

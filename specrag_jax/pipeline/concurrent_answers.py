@@ -83,7 +83,8 @@ class SharedEngines:
         if self.reranker_role is not None:
             role = self.reranker_role
             tokens = rag.config.max_doc_tokens
-            self._reranker = EngineReranker(getattr(rag, role), self.engines[role], max_doc_tokens=tokens)
+            store = getattr(rag.reranker, "store", None)  # the direct kv reranker's --kv-store, read by the engine's
+            self._reranker = EngineReranker(getattr(rag, role), self.engines[role], max_doc_tokens=tokens, store=store)
         elif rag.reranker is not None:
             self._reranker = OneAtATime(rag.reranker)
 

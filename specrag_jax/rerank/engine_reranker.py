@@ -8,6 +8,11 @@ prefills only its last partial page and the question: its K/V is computed once a
 the cache, alongside every other request's prefixes under the same LRU and admission policy. All candidates
 of a call are submitted at once, so the engine batches them (and other requests' work) into its steps.
 
+With a ``DocKVStore`` (``--rerank kv --kv-store``), a document whose full pages the cache does not hold is read
+from the store into the cache before its request (``Engine.seed_prefixes``), so a new process prefills only what
+no earlier run (``specrag index``, the direct ``kv`` reranker) stored. The store is read, never written, here: the
+cache keeps full pages only, and an entry holds the whole document part.
+
 Scores equal ``rerank.reranker.Reranker``'s (same prompt parts, same log-sum-exp over the spellings) within
 float tolerance. The reranker of a served drafter or verifier uses that model's engine, so the server loads no
 second copy of the model.
@@ -26,7 +31,8 @@ from specrag_jax.models.engine.context import RequestContext
 from specrag_jax.models.engine.engine import Engine
 from specrag_jax.models.engine.requests import Request, RequestTimeout, Tree
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.rerank.prompts import JudgePrompt, use_chat
+from specrag_jax.rerank.kv_store import DocKVStore
+from specrag_jax.rerank.prompts import JudgePrompt, doc_body, text_hash, use_chat
 
 
 class EngineReranker:
@@ -40,21 +46,29 @@ class EngineReranker:
         max_doc_tokens: int = 160,
         prompt_form: str = "auto",
         ctx: RequestContext | None = None,
+        store: DocKVStore | None = None,
     ) -> None:
         if engine.runner is not model.runner:
             raise SpecRagError(f"the reranker's engine {engine.name!r} does not serve model {model.name!r}")
-        self.model, self.engine, self.ctx = model, engine, ctx
+        self.model, self.engine, self.ctx, self.store = model, engine, ctx, store
+        self.max_doc_tokens = max_doc_tokens
         self.prompt = JudgePrompt.for_tokenizer(
             model.tokenizer, chat=use_chat(prompt_form, model.instruct), max_doc_tokens=max_doc_tokens
         )
         self._targets = self.prompt.targets
         self.pairs = 0
+        self._read = [0]  # documents read from the store into the engine's cache (shared with the binds)
 
     def bind(self, ctx: RequestContext) -> "EngineReranker":
         """The same reranker whose engine calls carry ``ctx``'s deadline and cancellation."""
         bound = object.__new__(EngineReranker)
         bound.__dict__.update(self.__dict__, ctx=ctx, pairs=0)
         return bound
+
+    @property
+    def loaded(self) -> int:
+        """Documents read from the store into the engine's cache by this reranker and every ``bind`` of it."""
+        return self._read[0]
 
     def score(self, question: str, docs: Sequence[dict]) -> list[float]:
         """log P(yes) - log P(no) per document, in order (higher = more relevant)."""
@@ -68,6 +82,8 @@ class EngineReranker:
             raise SpecRagError(
                 f"a judging prompt of {longest} tokens exceeds the reranker's {limit} positions; lower max_doc_tokens"
             )
+        if self.store is not None:
+            self._seed(docs, prefixes)
         rows = [len(q) - 1] * len(self._targets)
         trees = [
             Tree(list(q), [-1] + list(range(len(q) - 1)), [len(p) + i for i in range(len(q))], rows, self._targets)
@@ -76,6 +92,19 @@ class EngineReranker:
         scores = self.prompt.scores(np.stack(self._run(prefixes, trees)))
         self.pairs += len(prefixes)
         return scores
+
+    def _seed(self, docs: Sequence[dict], prefixes: list[list[int]]) -> None:
+        """Read the stored K/V of every document whose full pages are not cached into the engine's cache."""
+        store, fingerprint, seeds = self.store, self.prompt.fingerprint(), {}
+        for doc, ids in zip(docs, prefixes):
+            key = store.key(text_hash(doc_body(doc)), self.max_doc_tokens, fingerprint, ids)
+            seeds.setdefault(tuple(ids), lambda key=key: self._load(key))
+        self.engine.seed_prefixes(list(seeds.items()))
+
+    def _load(self, key: dict):
+        kv = self.store.load(key)
+        self._read[0] += kv is not None
+        return kv
 
     def _run(self, prefixes: list[list[int]], trees: list[Tree]) -> list[np.ndarray]:
         """Submit every tree before waiting on any (one engine batch); cancel the rest on a failure."""

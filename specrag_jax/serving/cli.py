@@ -8,6 +8,7 @@ import sys
 
 from specrag_jax.adapters import default_adapter
 from specrag_jax.errors import SpecRagError
+from specrag_jax.rerank.kv_store import DocKVStore
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -188,7 +189,17 @@ def build_service(args: argparse.Namespace):
         search=lexical_search(LexicalIndex.build(docs)),
         config=config,
         reranker=_reranker_factory(args, rag, placements.drafter),
+        reranker_store=_served_reranker_store(args, rag, {args.drafter: drafter, args.verifier: verifier}),
     )
+
+
+def _served_reranker_store(args: argparse.Namespace, rag, served: dict) -> DocKVStore | None:
+    """The document K/V store the engine-served kv reranker reads (``--kv-store``), when the reranker is a
+    served model; None otherwise."""
+    name = {"drafter": args.drafter, "verifier": args.verifier}.get(rag.reranker or "drafter", rag.reranker)
+    if rag.rerank != "kv" or name not in served:
+        return None
+    return DocKVStore(args.kv_store, served[name])
 
 
 def _reranker_factory(args: argparse.Namespace, rag, placement):

@@ -30,6 +30,7 @@ from specrag_jax.pipeline.clustering import SubsetFn
 from specrag_jax.pipeline.reranking import OneAtATime, Scorer
 from specrag_jax.pipeline.specrag import RAGAnswer, RAGConfig, SearchFn, SpecRAG
 from specrag_jax.rerank.engine_reranker import EngineReranker
+from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.serving.adapter import EngineTextModel
 
 SPECULATIVE = ("none", "ngram")  # proposers of /v1/completions and /v1/chat/completions (no drafts)
@@ -85,12 +86,13 @@ class Service:
         reranker: RerankerFactory | None = None,
         reranker_names: Sequence[str] = (),
         engine_reranker: bool = True,
+        reranker_store: DocKVStore | None = None,
     ) -> None:
         """``reranker(mode)`` builds the reranker of a mode (once per mode); ``reranker_names``: the names a
         request's ``reranker`` field may give for it (default: the configured name, or the drafter's).
         ``engine_reranker``: when the reranker is the drafter or the verifier, ``kv`` mode is served by that
         model's engine (``rerank.engine_reranker``: documents stay in its radix prefix cache) instead of
-        ``reranker(mode)``."""
+        ``reranker(mode)``; ``reranker_store``: the document K/V store it reads documents from (``--kv-store``)."""
         self.config = config or ServeConfig()
         self.models = {"drafter": drafter, "verifier": verifier}
         self.engines = engine_per_model(self.models, self._engine(on_stage))
@@ -108,6 +110,7 @@ class Service:
                 self.reranker_names |= {role, model.name}
                 self.reranker_role = self.reranker_role or (role if engine_reranker else None)
         self._engine_rerankers: dict[int, EngineReranker] = {}
+        self.reranker_store = reranker_store
         self.waiting = 0
         self.inflight = 0
 
@@ -197,9 +200,10 @@ class Service:
             base = self._engine_rerankers.get(tokens)
             if base is None:
                 role = self.reranker_role
-                base = self._engine_rerankers.setdefault(
-                    tokens, EngineReranker(self.models[role], self.engines[role], max_doc_tokens=tokens)
+                served = EngineReranker(
+                    self.models[role], self.engines[role], max_doc_tokens=tokens, store=self.reranker_store
                 )
+                base = self._engine_rerankers.setdefault(tokens, served)
             return base if ctx is None else base.bind(ctx)
         if self.reranker_factory is None:
             raise SpecRagError("this server has no reranker (start it with --rerank kv or --rerank recompute)")

@@ -10,6 +10,7 @@ from specrag_jax.pipeline.clustering import lexical_subsets
 from specrag_jax.pipeline.concurrent_answers import SharedEngines, answer_rows, check_concurrency
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
 from specrag_jax.rerank.engine_reranker import EngineReranker
+from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.rerank.reranker import Reranker
 from specrag_jax.serving.tiny import tiny_text_model
 
@@ -82,13 +83,17 @@ def test_progressive_prefill_answers_on_started_engines_as_one_at_a_time(models)
     assert sum(cached) > 0, cached
 
 
-def test_the_drafters_reranker_is_served_by_its_engine(models):
+def test_the_drafters_reranker_is_served_by_its_engine(models, tmp_path):
     shared = SharedEngines(make_rag(models, 1))
     assert shared.reranker_role == "drafter" and shared.prefix_cache
     with shared:
         pipeline = shared.pipeline()
         assert isinstance(pipeline.reranker, EngineReranker)
         assert pipeline.reranker.engine is shared.engines["drafter"] is pipeline.drafter.generator.engine
+    stored = make_rag(models, 1)
+    stored.reranker.store = store = DocKVStore(tmp_path, models[0])
+    with SharedEngines(stored) as shared:
+        assert shared.pipeline().reranker.store is store  # --kv-store: the engine reads the documents stored there
     unranked = make_rag(models, 0)
     unranked.reranker = None
     assert not SharedEngines(unranked).prefix_cache  # --concurrency alone keeps questions apart

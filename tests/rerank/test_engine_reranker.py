@@ -1,5 +1,6 @@
-"""The engine-served reranker: same scores as the direct one, documents reused from the radix prefix cache,
-batched submission, cancellation without leaked pages, one-line errors."""
+"""The engine-served reranker: same scores as the direct one, documents reused from the radix prefix cache and
+read from the document K/V store (a new engine, a new process's, prefills no stored full page), batched
+submission, cancellation without leaked pages, one-line errors."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from specrag_jax.models.engine.context import RequestContext
 from specrag_jax.models.engine.engine import Engine
 from specrag_jax.models.engine.requests import RequestCancelled
 from specrag_jax.rerank.engine_reranker import EngineReranker
+from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.rerank.reranker import Reranker
 from specrag_jax.serving.tiny import tiny_text_model
 from tests.serving.conftest import DOCS, assert_pages_home
@@ -79,4 +81,35 @@ def test_bad_input_is_a_one_line_error(model, engine):
     with pytest.raises(SpecRagError, match="does not serve model"):
         EngineReranker(other, engine)
     assert rr.score(QUESTION, []) == []
+    assert_pages_home(engine)
+
+
+@pytest.fixture(scope="module")
+def stored(model, tmp_path_factory):
+    """A store the direct kv reranker filled (as ``specrag index`` or an earlier ask would), and its scores."""
+    directory = tmp_path_factory.mktemp("doc_kv")
+    direct = Reranker(model, store=DocKVStore(directory, model), mode="kv", max_doc_tokens=40, cache_docs=0)
+    assert direct.ensure_stored(DOCS)["computed"] == len(DOCS)
+    return directory, direct.score(QUESTION, DOCS)
+
+
+def test_stored_documents_are_read_not_prefilled(model, stored, engine):  # the store filled before the engine runs
+    directory, want = stored
+    rr = EngineReranker(model, engine, max_doc_tokens=40, store=DocKVStore(directory, model))
+    scores = rr.score(QUESTION, DOCS)
+    np.testing.assert_allclose(scores, want, atol=1e-4)
+    full_pages = sum(len(rr.prompt.doc_ids(d)) // 8 * 8 for d in DOCS)
+    assert full_pages > 0 and engine.stats()["prefix_hit_tokens"] >= full_pages  # on the first call, from the store
+    assert rr.loaded == len(DOCS)
+    rr.score("Which city is the capital of Germany?", DOCS)
+    assert rr.loaded == len(DOCS)  # cached now: the store is not read again
+    assert_pages_home(engine)
+
+
+def test_an_empty_store_changes_nothing(model, stored, engine, tmp_path):
+    _, want = stored
+    rr = EngineReranker(model, engine, max_doc_tokens=40, store=DocKVStore(tmp_path, model))
+    np.testing.assert_allclose(rr.score(QUESTION, DOCS), want, atol=1e-4)
+    assert rr.loaded == 0 and engine.stats()["prefix_hit_tokens"] == 0
+    assert not any(tmp_path.iterdir())  # the engine-served reranker reads the store, never writes it
     assert_pages_home(engine)

@@ -143,6 +143,8 @@ def test_serve_builds_rerankers_on_their_own_model(monkeypatch, tmp_path):
         kv, recompute = svc.reranker("kv"), svc.reranker("recompute")
         assert svc.reranker("kv") is kv and svc.config.rag.rerank_group == 2
         assert isinstance(kv, EngineReranker) and kv.engine is svc.engines["drafter"]
+        assert kv.store.directory.parent == tmp_path / "doc_kv"  # the engine reads the default --kv-store
+        assert kv.store.model_key["weights"] == kv_store.weights_fingerprint(svc.models["drafter"].runner)
         assert recompute.scorer.runner is not svc.models["drafter"].runner and recompute.scorer.mode == "recompute"
         assert kv.score("capital of France?", DOCS[:2]) == pytest.approx(
             recompute.score("capital of France?", DOCS[:2]), abs=1e-4

@@ -18,12 +18,14 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Sequence
+from concurrent.futures import Future
+from typing import Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.engine.admission import Admitter, worst_case_pages
 from specrag_jax.models.engine.policy import Backpressure, SchedulerConfig
 from specrag_jax.models.engine.prefix_cache import PrefixCache
+from specrag_jax.models.engine.prefix_seed import Seed, seed_prefixes
 from specrag_jax.models.engine.requests import (
     EngineError,
     EngineStopped,
@@ -66,6 +68,7 @@ class Engine:
         self._driver = threading.Lock()  # one iteration at a time when callers drive the loop themselves
         self._accepting = True  # until ``stop()``: queued work waits for ``start()`` or ``drive()``
         self._stop = False
+        self._jobs: collections.deque[tuple[Callable[[], object], Future]] = collections.deque()  # between steps
 
     # ------------------------------------------------------------------ the state's parts
     @property
@@ -174,6 +177,36 @@ class Engine:
     def wake(self) -> None:
         with self._cv:
             self._cv.notify_all()
+
+    def seed_prefixes(self, seeds: Sequence[Seed]) -> int:
+        """Put K/V computed elsewhere into the prefix cache (``prefix_seed.py``: full pages not yet cached, each
+        loader called only when needed), between two steps; blocks until done and returns the pages added."""
+        if not seeds or not self.cache.enabled:
+            return 0
+        return self._between_steps(lambda: seed_prefixes(self.state, seeds))
+
+    def _between_steps(self, fn: Callable[[], object]):
+        """Run ``fn`` with the state's lock held and no step in flight: on the loop's thread when started."""
+        if self._thread is None:
+            with self._driver, self.state.lock:
+                return fn()
+        if threading.current_thread() is self._thread:  # a callback inside a step: waiting would never end
+            raise SpecRagError(f"engine {self.name}: work between steps cannot be asked for from its own loop")
+        done: Future = Future()
+        with self._cv:
+            if not self._accepting:
+                raise EngineStopped(f"engine {self.name} is not accepting requests")
+            self._jobs.append((fn, done))
+            self._cv.notify_all()
+        return done.result()
+
+    def _run_jobs(self) -> None:
+        while self._jobs:
+            fn, done = self._jobs.popleft()
+            try:
+                done.set_result(fn())
+            except Exception as exc:  # the caller gets it; the loop goes on
+                done.set_exception(exc)
 
     # ------------------------------------------------------------------ submission
     def submit_generate(
@@ -312,10 +345,13 @@ class Engine:
         st = self.state
         while True:
             with self._cv:
-                while not st.queue and not st.running and not self._stop:
+                while not st.queue and not st.running and not self._jobs and not self._stop:
                     self._cv.wait()
-                if self._stop and not st.queue and not st.running:
-                    return
+                leaving = self._stop and not st.queue and not st.running  # no job can be queued after this
+            if leaving:
+                with st.lock:
+                    self._run_jobs()
+                return
             try:
                 self._iteration()
             except Exception as exc:  # a bug must not kill the loop: fail what is in flight, keep serving
@@ -325,6 +361,7 @@ class Engine:
     def _iteration(self) -> bool:
         """One step; False when nothing was ready (the loop waits a moment before the next try)."""
         with self.state.lock:
+            self._run_jobs()
             self._reap()
             self._admit()
             work = self._steps.build()

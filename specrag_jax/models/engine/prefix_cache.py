@@ -53,12 +53,13 @@ class PrefixCache:
         return self.hit_tokens / self.lookup_tokens if self.lookup_tokens else 0.0
 
     # ------------------------------------------------------------------ operations
-    def match(self, tokens: Sequence[int], max_pages: int) -> list[int]:
+    def match(self, tokens: Sequence[int], max_pages: int, *, count: bool = True) -> list[int]:
         """Pages of the longest cached page-aligned prefix of ``tokens`` (at most ``max_pages``), retained.
 
-        Each returned page carries one new reference that the caller must release.
+        Each returned page carries one new reference that the caller must release. ``count=False``: a lookup
+        that is not a prompt's (seeding), left out of the hit-rate counters.
         """
-        self.lookup_tokens += len(tokens)
+        self.lookup_tokens += len(tokens) if count else 0
         if not self.enabled:
             return []
         ps, node, pages = self.page_size, self._root, []
@@ -71,7 +72,7 @@ class PrefixCache:
             pages.append(child.page)
             node = child
         self.allocator.retain(pages)
-        self.hit_tokens += len(pages) * ps
+        self.hit_tokens += len(pages) * ps if count else 0
         return pages
 
     def insert(self, tokens: Sequence[int], pages: Sequence[int]) -> int:

@@ -1,0 +1,82 @@
+"""The dev table's answers before and after a refactor: ``specrag eval`` over every dev question in two checkouts,
+predictions compared one by one (answer, chosen draft, every draft), both runs one after the other.
+
+    python benchmarks/dev_table_answers.py --before ../before --methods standard,speculative \
+        --flags "--selection rho --tau-min none" --out benchmarks/results/dev_table_answers.json
+
+Greedy decoding makes the answers a function of the code alone, so a difference is a changed computation (timings
+are reported but not compared: the machine may be busy). Exit status 1 when any prediction differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import run_header, write_results
+from benchmarks.one_core import DEV, ROOT, run_cli
+
+
+def predictions(tree: Path, data: str, methods: str, flags: list[str]) -> tuple[dict, dict, float]:
+    """(method/question -> [answer, chosen draft, drafts...], results.json's methods, process seconds) of one eval."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _, wall = run_cli(tree, ["eval", "--data", data, "--methods", methods, "--out", tmp, "-q", *flags])
+        results = json.loads((Path(tmp) / "results.json").read_text())
+        preds = [json.loads(line) for line in (Path(tmp) / "predictions.jsonl").read_text().splitlines() if line]
+    table = {
+        f"{p['method']}/{p['question_id']}": [p["answer"], p.get("chosen_draft")]
+        + [d.get("text") if isinstance(d, dict) else d for d in p.get("drafts") or []]
+        for p in preds
+    }
+    return table, results["methods"], wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--before", required=True, help="a checkout of the commit before the refactor")
+    p.add_argument("--data", default=str(DEV))
+    p.add_argument("--methods", default="standard,speculative")
+    p.add_argument("--flags", default="", help="extra `specrag eval` flags, one string, given to both sides")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    trees = {"before": Path(args.before).resolve(), "after": ROOT}
+    flags = shlex.split(args.flags)
+    runs = {side: predictions(tree, args.data, args.methods, flags) for side, tree in trees.items()}
+    before, after = runs["before"][0], runs["after"][0]
+    differing = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    per_method: dict[str, dict] = {}
+    for key in before:
+        method = key.split("/")[0]
+        row = per_method.setdefault(method, {"questions": 0, "identical": 0})
+        row["questions"] += 1
+        row["identical"] += key not in differing
+    for method, row in per_method.items():
+        row["accuracy"] = {side: runs[side][1][method]["accuracy"] for side in runs}
+        row["latency_s_mean"] = {side: runs[side][1][method]["latency_s"]["mean"] for side in runs}
+    result = {
+        **run_header(),
+        "before_commit": subprocess.run(
+            ["git", "-C", str(trees["before"]), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+        "data": args.data,
+        "eval_flags": flags,
+        "methods": per_method,
+        "process_s": {side: runs[side][2] for side in runs},
+        "differing_predictions": {k: {"before": before.get(k), "after": after.get(k)} for k in differing},
+        "identical": not differing,
+    }
+    print(json.dumps({k: result[k] for k in ("methods", "process_s", "identical")}, indent=1))
+    if args.out:
+        write_results(args.out, result)
+    return 0 if not differing else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
