@@ -8,7 +8,8 @@ run: its answer is the cascade's selected draft and its latency the cascade's st
 Each size first answers ``--warmup`` questions (discarded) so compilation stays out of the stage times, and
 records every stage against its bound (``roofline``). ``--also-clustering lexical`` answers the same questions with
 speculative RAG under another clustering in the same run (``clustering_alternatives`` of each size; standard is
-shared). Writes ``benchmarks/results/long_context.json`` and a plot
+shared); ``--also-selection rho`` likewise with another selection and no fallback (``tau_min`` None: the paper's
+plain speculative RAG, ``selection_alternatives``). Writes ``benchmarks/results/long_context.json`` and a plot
 of latency vs standard RAG's prompt tokens.
 
     python benchmarks/long_context.py --data ../shared/data/retrievalqa_dev.jsonl --split heldout --limit 4
@@ -28,6 +29,7 @@ from specrag_jax.pipeline.evaluation import evaluate, is_correct, load_questions
 from specrag_jax.pipeline.factory import build_specrag
 from specrag_jax.pipeline.holdout import split_rows
 from specrag_jax.pipeline.rag_config import DEFAULT_CLUSTERING
+from specrag_jax.pipeline.selection import SELECTIONS
 from specrag_jax.pipeline.specrag import RAGConfig
 from specrag_jax.retrieval.pooling import pool_passages
 from specrag_jax.xla_cache import enable_xla_cache
@@ -85,6 +87,9 @@ def plot(sizes: list[dict], path: Path) -> None:
         for name, key in (("cascade", "speculative"), ("plain", "plain_speculative")):
             y = [s["clustering_alternatives"][alt][key]["latency_s"] for s in sizes]
             ax.plot(x, y, marker="x", linestyle="--", label=f"{name}, {alt} clustering")
+    for alt in sizes[0].get("selection_alternatives", {}):
+        y = [s["selection_alternatives"][alt]["plain_speculative"]["latency_s"] for s in sizes]
+        ax.plot(x, y, marker="s", linestyle=":", label=f"plain, {alt} selection")
     for s in sizes:
         ax.annotate(
             f"{s['n_docs']} passages",
@@ -117,11 +122,15 @@ def main() -> None:
     )
     ap.add_argument("--clustering", default=DEFAULT_CLUSTERING, choices=CLUSTERINGS)
     ap.add_argument("--also-clustering", default="", help="comma-separated clusterings also measured (speculative)")
+    ap.add_argument("--also-selection", default="", help="comma-separated selections also measured, no fallback")
     ap.add_argument("--out", default="benchmarks/results/long_context.json")
     args = ap.parse_args()
     others = [c for c in args.also_clustering.split(",") if c]
     if any(c not in CLUSTERINGS or c == args.clustering for c in others):
         ap.error(f"--also-clustering takes other clusterings among {CLUSTERINGS}")
+    selections = [c for c in args.also_selection.split(",") if c]
+    if any(c not in SELECTIONS for c in selections):
+        ap.error(f"--also-selection takes selections among {SELECTIONS}")
     enable_xla_cache()
     all_rows = load_questions(args.data)
     corpus = pool_passages(all_rows)
@@ -157,11 +166,24 @@ def main() -> None:
             alt = evaluate(rag, rows, ["speculative"], progress=False, corpus=corpus)
             part = speculative_part(alt, rows, entry["standard"]["latency_s"])
             entry["clustering_alternatives"][name] = {**part, "roofline": alt["methods"]["speculative"]["roofline"]}
+        rag.subsets_fn, rag.config.clustering = samplers[args.clustering], args.clustering
+        entry["selection_alternatives"] = {}
+        default_selection, default_tau = rag.config.selection, rag.config.tau_min
+        for name in selections:
+            rag.config.selection, rag.config.tau_min = name, None
+            if args.warmup:
+                evaluate(rag, rows[: args.warmup], ["speculative"], progress=False, corpus=corpus)
+            alt = evaluate(rag, rows, ["speculative"], progress=False, corpus=corpus)
+            part = speculative_part(alt, rows, entry["standard"]["latency_s"])
+            entry["selection_alternatives"][name] = {**part, "roofline": alt["methods"]["speculative"]["roofline"]}
+        rag.config.selection, rag.config.tau_min = default_selection, default_tau
         sizes.append(entry)
         write(args, rows, rag, corpus, sizes)  # after every size: a cut-short run keeps what it measured
         line = f"{n:3d} passages, {entry['standard_prompt_tokens']:.0f} tokens: standard {std['accuracy']:.2f} "
         line += f"{entry['standard']['latency_s']:.1f}s"
-        for name, part in [(args.clustering, entry), *entry["clustering_alternatives"].items()]:
+        alternatives = [*entry["clustering_alternatives"].items()]
+        alternatives += [(f"selection {k}", v) for k, v in entry["selection_alternatives"].items()]
+        for name, part in [(args.clustering, entry), *alternatives]:
             spec, plain = part["speculative"], part["plain_speculative"]
             line += (
                 f" | {name}: cascade {spec['accuracy']:.2f} {spec['latency_s']:.1f}s "

@@ -6,7 +6,8 @@ chunks, verification trees -- into one ragged batch under the token budget, (4) 
 model's ``ModelRunner`` (``pack`` pads to buckets) and (5) hands results back through futures. Sampling,
 speculation (token trees, ``spec_steps.py``) and scoring steps take turns when several kinds of work wait
 (the runner has one program per kind).
-Callers on other threads only enqueue, cancel and read counters. The engine's pages, requests and counters
+Callers on other threads only enqueue, cancel, read counters and hand the loop work to run between two steps
+(``seed_prefixes``: K/V computed elsewhere put into the prefix cache). The engine's pages, requests and counters
 are its ``EngineState`` (``state.py``), which the step builders work on.
 
 The same loop runs offline without a thread: ``drive(req)`` runs its iterations on the caller's thread until
