@@ -46,12 +46,14 @@ def ask(store: str, progressive: bool, question: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--question", default=QUESTION)
+    p.add_argument("--rounds", type=int, default=2, help="timed asks per side after the warm-ups (off, on, on, off..)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    order = [ORDER[i % 4] for i in range(2 * args.rounds)]
     runs: dict[str, list[dict]] = {"off": [], "on": []}
     with tempfile.TemporaryDirectory() as store:
         warm = {side: ask(store, side == "on", args.question) for side in ("off", "on")}
-        for side in ORDER:
+        for side in order:
             runs[side].append(ask(store, side == "on", args.question))
     every = [r for side in runs for r in runs[side]] + list(warm.values())
     outputs = [(r["answer"], r["documents"], r["drafts"]) for r in every]
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         **run_header(),
         "question": args.question,
-        "order": ["warm-up off", "warm-up on", *ORDER],
+        "order": ["warm-up off", "warm-up on", *order],
         "mean": mean,
         "on_over_off_total": mean["on"]["total_s"] / mean["off"]["total_s"],
         "identical_answers_documents_drafts": same,

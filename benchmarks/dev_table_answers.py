@@ -5,7 +5,9 @@ predictions compared one by one (answer, chosen draft, every draft), both runs o
         --flags "--selection rho --tau-min none" --out benchmarks/results/dev_table_answers.json
 
 Greedy decoding makes the answers a function of the code alone, so a difference is a changed computation (timings
-are reported but not compared: the machine may be busy). Exit status 1 when any prediction differs.
+are reported but not compared: the machine may be busy). Exit status 1 when any prediction differs. Each side
+takes about 85 minutes on a 2-core CPU; ``--keep DIR`` keeps each side's eval folder (``DIR/before``,
+``DIR/after``) and reuses one already there, so the two sides can run in different sessions.
 """
 
 from __future__ import annotations
@@ -24,12 +26,18 @@ from benchmarks.common import run_header, write_results
 from benchmarks.one_core import DEV, ROOT, run_cli
 
 
-def predictions(tree: Path, data: str, methods: str, flags: list[str]) -> tuple[dict, dict, float]:
-    """(method/question -> [answer, chosen draft, drafts...], results.json's methods, process seconds) of one eval."""
+def predictions(
+    tree: Path, data: str, methods: str, flags: list[str], keep: Path | None = None
+) -> tuple[dict, dict, float | None]:
+    """(method/question -> [answer, chosen draft, drafts...], results.json's methods, process seconds) of one eval
+    (``keep``: its folder, reused when it holds a finished run; the seconds are then None)."""
     with tempfile.TemporaryDirectory() as tmp:
-        _, wall = run_cli(tree, ["eval", "--data", data, "--methods", methods, "--out", tmp, "-q", *flags])
-        results = json.loads((Path(tmp) / "results.json").read_text())
-        preds = [json.loads(line) for line in (Path(tmp) / "predictions.jsonl").read_text().splitlines() if line]
+        out = keep or Path(tmp)
+        wall = None
+        if not (out / "results.json").exists():
+            _, wall = run_cli(tree, ["eval", "--data", data, "--methods", methods, "--out", str(out), "-q", *flags])
+        results = json.loads((out / "results.json").read_text())
+        preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines() if line]
     table = {
         f"{p['method']}/{p['question_id']}": [p["answer"], p.get("chosen_draft")]
         + [d.get("text") if isinstance(d, dict) else d for d in p.get("drafts") or []]
@@ -44,11 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=str(DEV))
     p.add_argument("--methods", default="standard,speculative")
     p.add_argument("--flags", default="", help="extra `specrag eval` flags, one string, given to both sides")
+    p.add_argument("--keep", default=None, help="keep (and reuse) each side's eval folder under this directory")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     trees = {"before": Path(args.before).resolve(), "after": ROOT}
     flags = shlex.split(args.flags)
-    runs = {side: predictions(tree, args.data, args.methods, flags) for side, tree in trees.items()}
+    keep = {side: Path(args.keep) / side if args.keep else None for side in trees}
+    runs = {side: predictions(tree, args.data, args.methods, flags, keep[side]) for side, tree in trees.items()}
     before, after = runs["before"][0], runs["after"][0]
     differing = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     per_method: dict[str, dict] = {}
