@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import run_header, write_results
-from benchmarks.one_core import DEV, ROOT, run_cli
+from benchmarks.one_core import DEV, ROOT, commit_of, prediction_table, run_cli
 
 
 def predictions(
@@ -38,12 +37,7 @@ def predictions(
             _, wall = run_cli(tree, ["eval", "--data", data, "--methods", methods, "--out", str(out), "-q", *flags])
         results = json.loads((out / "results.json").read_text())
         preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines() if line]
-    table = {
-        f"{p['method']}/{p['question_id']}": [p["answer"], p.get("chosen_draft")]
-        + [d.get("text") if isinstance(d, dict) else d for d in p.get("drafts") or []]
-        for p in preds
-    }
-    return table, results["methods"], wall
+    return prediction_table(preds), results["methods"], wall
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         row["latency_s_mean"] = {side: runs[side][1][method]["latency_s"]["mean"] for side in runs}
     result = {
         **run_header(),
-        "before_commit": subprocess.run(
-            ["git", "-C", str(trees["before"]), "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
+        "before_commit": commit_of(trees["before"]),
         "data": args.data,
         "eval_flags": flags,
         "methods": per_method,

@@ -72,12 +72,22 @@ def _eval(tree: Path, data: str, n: int) -> dict:
         "latency_s_mean": {m: methods[m]["latency_s"]["mean"] for m in methods},
         "compile_s": {m: methods[m]["compile_s"] for m in methods},
         "accuracy": {m: methods[m]["accuracy"] for m in methods},
-        "predictions": {
-            f"{p['method']}/{p['question_id']}": [p["answer"], p.get("chosen_draft")]
-            + [d.get("text") if isinstance(d, dict) else d for d in p.get("drafts") or []]
-            for p in preds
-        },
+        "predictions": prediction_table(preds),
     }
+
+
+def prediction_table(preds: list[dict]) -> dict[str, list]:
+    """method/question -> [answer, chosen draft, every draft's text] of an eval's predictions."""
+    return {
+        f"{p['method']}/{p['question_id']}": [p["answer"], p.get("chosen_draft")]
+        + [d.get("text") if isinstance(d, dict) else d for d in p.get("drafts") or []]
+        for p in preds
+    }
+
+
+def commit_of(tree: Path) -> str:
+    """The checked-out commit of ``tree``."""
+    return subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 def _mean_eval(runs: list[dict]) -> dict:
@@ -123,9 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     eval_rate = {s: args.eval_questions * 2 / sum(evals[s]["wall_s"].values()) for s in evals}
     result = {
         **run_header(),
-        "before_commit": subprocess.run(
-            ["git", "-C", str(trees["before"]), "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
+        "before_commit": commit_of(trees["before"]),
         "ask": {
             "questions": questions,
             "total_s_mean": {s: mean(s, "total_s") for s in asks},
