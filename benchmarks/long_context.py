@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import run_header, write_results
 from specrag_jax.pipeline.clustering import CLUSTERINGS, subset_sampler
-from specrag_jax.pipeline.evaluation import evaluate, is_correct, load_questions
+from specrag_jax.pipeline.evaluation import SCORED_AFTER, evaluate, is_correct, load_questions
 from specrag_jax.pipeline.factory import build_specrag
 from specrag_jax.pipeline.holdout import split_rows
 from specrag_jax.pipeline.rag_config import DEFAULT_CLUSTERING
@@ -37,23 +37,32 @@ from specrag_jax.xla_cache import enable_xla_cache
 BEFORE_FALLBACK = ("retrieval_s", "clustering_s", "drafting_s", "verification_s", "evidence_verification_s")
 
 
-def plain_speculative(predictions: list[dict], rows: list[dict]) -> dict:
-    """The selected draft without the fallback: accuracy and latency (the cascade's stages before it)."""
+def plain_speculative(predictions: list[dict], rows: list[dict], selection: str) -> dict:
+    """The selected draft without the fallback: accuracy and latency (the cascade's stages before it). A question
+    the cascade sent to the fallback without verifying (``confidence_bound``) takes the selection's pick on the
+    drafts eval scored afterwards, and that pass's seconds."""
     truth = {r.get("question_id"): r["ground_truth"] for r in rows}
+    needed = "evidence_verification_s" if selection.startswith("evidence") else "verification_s"
     spec = [p for p in predictions if p["method"] == "speculative"]
     correct, latency = [], []
     for p in spec:
-        chosen = next((d for d in p["drafts"] if d["index"] == p.get("chosen_draft")), None)
+        index = p.get("chosen_draft")
+        if index is None and p.get("path") == "fallback":
+            index = p["selections"][selection]["draft"]
+        chosen = next((d for d in p["drafts"] if d["index"] == index), None)
         answer = chosen["answer"] if chosen else p["answer"]  # consensus: the cascade's own answer is the draft
         correct.append(is_correct(answer, truth[p["question_id"]]))
-        latency.append(sum(p["stages_s"].get(k, 0.0) for k in BEFORE_FALLBACK) - p["compile_s"])
+        seconds = sum(p["stages_s"].get(k, 0.0) for k in BEFORE_FALLBACK) - p["compile_s"]
+        if needed not in p["stages_s"] and p.get("path") == "fallback":
+            seconds += p.get(SCORED_AFTER, {}).get(needed, 0.0)
+        latency.append(seconds)
     return {"accuracy": sum(correct) / len(spec), "latency_s": statistics.fmean(latency)}
 
 
-def speculative_part(res: dict, rows: list[dict], standard_s: float) -> dict:
+def speculative_part(res: dict, rows: list[dict], standard_s: float, selection: str) -> dict:
     """One run's speculative RAG: the cascade, plain speculative, selection options and both ratios to standard."""
     spec = res["methods"]["speculative"]
-    plain = plain_speculative(res["predictions"], rows)
+    plain = plain_speculative(res["predictions"], rows, selection)
     return {
         "speculative": {
             "accuracy": spec["accuracy"],
@@ -153,7 +162,7 @@ def main() -> None:
                 "latency_s": std["latency_s"]["mean"],
                 "stages_s": std["stages_s"],
             },
-            **speculative_part(res, rows, std["latency_s"]["mean"]),
+            **speculative_part(res, rows, std["latency_s"]["mean"], rag.config.selection),
             "recall_own_passages": std.get("recall_own_passages"),
             "roofline": {m: res["methods"][m]["roofline"] for m in ("standard", "speculative")},
             "roofline_peaks": res["roofline_peaks"],
@@ -164,7 +173,7 @@ def main() -> None:
             if args.warmup:
                 evaluate(rag, rows[: args.warmup], ["speculative"], progress=False, corpus=corpus)
             alt = evaluate(rag, rows, ["speculative"], progress=False, corpus=corpus)
-            part = speculative_part(alt, rows, entry["standard"]["latency_s"])
+            part = speculative_part(alt, rows, entry["standard"]["latency_s"], rag.config.selection)
             entry["clustering_alternatives"][name] = {**part, "roofline": alt["methods"]["speculative"]["roofline"]}
         rag.subsets_fn, rag.config.clustering = samplers[args.clustering], args.clustering
         entry["selection_alternatives"] = {}
@@ -174,7 +183,7 @@ def main() -> None:
             if args.warmup:
                 evaluate(rag, rows[: args.warmup], ["speculative"], progress=False, corpus=corpus)
             alt = evaluate(rag, rows, ["speculative"], progress=False, corpus=corpus)
-            part = speculative_part(alt, rows, entry["standard"]["latency_s"])
+            part = speculative_part(alt, rows, entry["standard"]["latency_s"], rag.config.selection)
             entry["selection_alternatives"][name] = {**part, "roofline": alt["methods"]["speculative"]["roofline"]}
         rag.config.selection, rag.config.tau_min = default_selection, default_tau
         sizes.append(entry)

@@ -142,15 +142,17 @@ def evaluate(
         )
         if "speculative" in answers:  # every selection option is scored on the same drafts (outside the latency)
             spec = answers["speculative"]
+            scored: dict[str, Any] = {}
             pipeline.verify(
                 row["question"],
                 spec.docs,
                 spec.drafts,
-                {},
+                scored,
                 plain="verification_s" not in spec.trace,
                 evidence="evidence_verification_s" not in spec.trace,
                 closed_set=closed,
             )
+            spec.trace[SCORED_AFTER] = scored  # after total_s: not in the latency, not a stage
         return answers
 
     answered = answer_rows(rag, rows, answer, concurrency)
@@ -206,6 +208,7 @@ def evaluate(
             if method == "speculative":
                 verified.append((result.drafts, row))
                 predictions[-1]["selections"] = selection_picks(result.drafts)
+                predictions[-1][SCORED_AFTER] = result.trace.get(SCORED_AFTER, {})
                 paths.append((result.trace.get("path"), ok))
     out: dict[str, Any] = {"methods": {}, "predictions": predictions}
     for method, a in acc.items():
@@ -304,6 +307,9 @@ def draft_format(verified: Sequence[tuple[Sequence[Draft], dict]]) -> dict[str, 
     }
 
 
+# the passes eval runs after the speculative answer so that every selection option is scored (their stage
+# seconds and token counts; the passes the answer ran itself are in its stages_s)
+SCORED_AFTER = "scored_after_answer"
 STAGE_KEYS = (
     "retrieval_s",
     "rerank_s",

@@ -74,6 +74,13 @@ def add_rag_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-consensus", dest="consensus", action="store_false", help="always verify (the default)")
     p.add_argument(
+        "--no-early-fallback",
+        dest="early_fallback",
+        action="store_false",
+        help="verify the drafts even when none can reach --tau-min (same answers, slower: to measure the "
+        "verification a falling-back question skips by default)",
+    )
+    p.add_argument(
         "--verifier-prompt",
         default="auto",
         choices=["auto", "chat", "plain"],
@@ -152,6 +159,7 @@ def rag_config_from_args(args: argparse.Namespace):
         tau_min=parse_tau(args.tau_min),
         fallback=args.fallback,
         consensus=args.consensus,
+        early_fallback=args.early_fallback,
         clustering=args.clustering,
         seed=args.seed,
         verifier_prompt=args.verifier_prompt,

@@ -37,6 +37,9 @@ class RAGConfig:
     proposer: str = "both"  # lossless mode's proposer: "ngram" | "drafts" | "both"
     tree_budget: int = 16  # lossless mode's largest token tree per verifier step (8, 16, 32 or 64)
     lossless_fallback: bool = True  # the tau_min "standard" fallback decodes through the lossless path
+    # fall back before verifying when no draft's support can reach tau_min (selection.certain_fallback): the same
+    # answer without the verification pass
+    early_fallback: bool = True
     rerank: str = "none"  # "none" | "kv" (stored document K/V) | "recompute" (pipeline/reranking.py)
     reranker: str | None = None  # the reranker's model name; None = the drafter
     n_coarse: int = 50  # coarse (BM25) candidates reranked when the question comes without passages

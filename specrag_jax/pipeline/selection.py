@@ -160,6 +160,26 @@ def support(chosen: Draft, drafts: Sequence[Draft]) -> float:
     return sum(math.exp(ev_sr_logprob(d, "yes_vs_no")) for d in agreeing) / len(drafts)
 
 
+def support_bound(drafts: Sequence[Draft]) -> float:
+    """The most ``support`` can be for any of ``drafts`` whatever the verifier says (each P(Yes) is at most 1):
+    the share of drafts in the largest group that agrees on a parsed answer (1 / m for a lone parsed draft; 0.0
+    when none parsed)."""
+    if not any(d.parsed for d in drafts):
+        return 0.0
+    largest = max((len(g) for g in answer_groups(drafts).values()), default=1)
+    return max(largest, 1) / len(drafts)
+
+
+def certain_fallback(drafts: Sequence[Draft], selection: str, tau_min: float | None) -> float | None:
+    """``support_bound(drafts)`` when the cascade must fall back before any verification (an evidence-aware
+    selection whose confidence, ``support``, cannot reach ``tau_min``), else None. The margin keeps a bound that
+    equals tau_min up to rounding of the P(Yes) sum on the verifying side."""
+    if tau_min is None or not selection.startswith("evidence"):
+        return None
+    bound = support_bound(drafts)
+    return bound if bound < tau_min - 1e-9 else None
+
+
 def selection_confidence(chosen: Draft, drafts: Sequence[Draft], selection: str) -> float:
     """The confidence the cascade compares with tau_min: ``support`` for evidence-aware selections, else the
     paper-style ``confidence``."""

@@ -33,6 +33,7 @@ from specrag_jax.pipeline.reranking import Scorer, rerank_documents
 from specrag_jax.pipeline.selection import (
     ScoreOptions,
     best,
+    certain_fallback,
     consensus,
     needs_verification,
     score_drafts,
@@ -350,6 +351,13 @@ class SpecRAG:
             score_drafts(drafts, ScoreOptions(cfg.scores.normalize, ("draft",), cfg.scores.sr))
             chosen = best(drafts)
         else:
+            trace["selection"] = selection
+            bound = certain_fallback(drafts, selection, cfg.tau_min) if cfg.early_fallback else None
+            if bound is not None:  # no draft can be accepted, whatever the verifier says: skip verifying
+                trace["confidence_bound"] = bound
+                why = f"at most {bound:.0%} of the drafts agree, support <= {bound:.2f} < tau_min {cfg.tau_min}"
+                self.progress.note(f"verification skipped: {why}")
+                return self._fall_back(question, docs, drafts, trace, t0, method, closed)
             self.verify(
                 question,
                 docs,
@@ -361,23 +369,36 @@ class SpecRAG:
             chosen = select(drafts, selection, cfg.scores)
             conf = selection_confidence(chosen, drafts, selection)
             trace["confidence"] = conf
-            trace["selection"] = selection
             trace["chosen_draft"] = chosen.index  # also on the fallback path: the draft that was not accepted
             if cfg.tau_min is not None and conf < cfg.tau_min:
-                trace["fallback"] = cfg.fallback
                 self.progress.note(f"confidence {conf:.2f} < tau_min {cfg.tau_min}: {cfg.fallback} fallback")
-                trace["path"] = "fallback"
-                if cfg.fallback == "standard":
-                    reuse = drafts if cfg.lossless_fallback else None  # the lossless path: the same answer
-                    fb = self._generate_answer(question, docs, method, trace, t0, drafts=reuse, closed=closed)
-                    fb.drafts = drafts
-                    return fb
-                trace["total_s"] = time.perf_counter() - t0
-                return RAGAnswer("unanswerable", "", [], drafts, trace, method, docs)
+                return self._fall_back(question, docs, drafts, trace, t0, method, closed)
         trace["chosen_draft"] = chosen.index
         trace.setdefault("path", "verified_draft" if method == "speculative" else method)
         trace["total_s"] = time.perf_counter() - t0
         return RAGAnswer(chosen.answer, chosen.rationale, chosen.doc_ids, drafts, trace, method, docs)
+
+    def _fall_back(
+        self,
+        question: str,
+        docs: list[dict],
+        drafts: list[Draft],
+        trace: dict,
+        t0: float,
+        method: str,
+        closed: ClosedSet | None,
+    ) -> RAGAnswer:
+        """The cascade's fallback: standard RAG (through the lossless path over the drafts: the same answer) or
+        "unanswerable"."""
+        trace["fallback"] = self.config.fallback
+        trace["path"] = "fallback"
+        if self.config.fallback == "standard":
+            reuse = drafts if self.config.lossless_fallback else None
+            fb = self._generate_answer(question, docs, method, trace, t0, drafts=reuse, closed=closed)
+            fb.drafts = drafts
+            return fb
+        trace["total_s"] = time.perf_counter() - t0
+        return RAGAnswer("unanswerable", "", [], drafts, trace, method, docs)
 
     def verify(
         self,

@@ -81,6 +81,7 @@ def eval_config(args: argparse.Namespace, path: str, data: Dataset, rag: SpecRAG
         "tau_min": config.tau_min,
         "fallback": config.fallback,
         "consensus": config.consensus,
+        "early_fallback": config.early_fallback,
         "clustering": config.clustering,
         "seed": config.seed,
         "verifier_prompt": config.verifier_prompt,

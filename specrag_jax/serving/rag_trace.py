@@ -107,6 +107,13 @@ class RagTrace(TypedDict, total=False):
     evidence_tree_tokens: Annotated[Count, Field(description="tokens in the evidence verification tree")]
     consensus: Annotated[bool, Field(description="all drafts agreed, verification skipped (``consensus``)")]
     confidence: Annotated[float, Field(description="the chosen draft's confidence, compared with tau_min")]
+    confidence_bound: Annotated[
+        float,
+        Field(
+            description="the most any draft's support could be before verification (the largest share of drafts "
+            "agreeing on an answer); under tau_min the cascade falls back without verifying"
+        ),
+    ]
     selection: Annotated[str, Field(description="rho | evidence | rho+agg | evidence+agg")]
     chosen_draft: Annotated[Count, Field(description="index of the chosen draft (also when it was not accepted)")]
     fallback: Annotated[Literal["standard", "unanswerable"], Field(description="the cascade's fallback, when taken")]

@@ -48,6 +48,11 @@ def test_eval_json_contract(smol_eval):
     predictions = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert len(predictions) == 2 * len(SMOL_EVAL_METHODS)
     assert all(1 <= len(p["drafts"]) <= 2 for p in predictions if p["method"] == "speculative")
+    assert res["config"]["early_fallback"] is True
+    for p in predictions:  # the passes eval ran after each speculative answer: never one the answer ran
+        if p["method"] == "speculative":
+            assert not set(p["stages_s"]) & set(p["scored_after_answer"])
+            assert {"verification_s", "evidence_verification_s"} <= set(p["stages_s"]) | set(p["scored_after_answer"])
 
 
 @pytest.mark.parametrize(

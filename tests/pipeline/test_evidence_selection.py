@@ -8,21 +8,26 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.drafting import Draft
+from specrag_jax.pipeline.evaluation import evaluate
 from specrag_jax.pipeline.prompts import EVIDENCE_REFLECTION_PROMPT, evidence_block
 from specrag_jax.pipeline.selection import (
     EVIDENCE_TERMS,
     SELECTIONS,
     ScoreOptions,
     best_answer,
+    certain_fallback,
     check_selection,
     score_drafts,
     select,
     selection_confidence,
     selection_scores,
     support,
+    support_bound,
 )
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
 from specrag_jax.pipeline.verification import verify_drafts
@@ -155,3 +160,66 @@ def test_speculative_with_evidence_selection_and_the_cascade_fallback(verifier):
     fb = rag.answer("Which city?", docs=DOCS)
     std = rag.answer("Which city?", docs=DOCS, method="standard")
     assert fb.trace["path"] == "fallback" and fb.answer == std.answer and "speculation" in fb.trace
+
+
+_DRAFTS = st.lists(
+    st.tuples(
+        st.sampled_from(["Paris", "paris.", "The Paris", "Lyon", "", "x"]),
+        st.booleans(),
+        st.floats(-30.0, 0.0),
+        st.floats(-30.0, 0.0),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_DRAFTS)
+def test_support_never_exceeds_its_bound_and_the_bound_is_reached(spec):
+    drafts = [draft(i, a, ev_yes=y, ev_no=n, parsed=ok) for i, (a, ok, y, n) in enumerate(spec)]
+    bound = support_bound(drafts)
+    assert all(support(d, drafts) <= bound + 1e-12 for d in drafts)
+    for d in drafts:  # a verifier certain of every draft (P(Yes | Yes or No) = 1) reaches the bound
+        d.ev_sr_logprob, d.ev_sr_no_logprob = 0.0, -1e4
+    assert max(support(d, drafts) for d in drafts) == pytest.approx(bound)
+
+
+def test_certain_fallback_only_for_evidence_selections_under_tau_min():
+    drafts = [draft(0, "Paris"), draft(1, "The Paris"), draft(2, "Lyon"), draft(3, "Nice"), draft(4, "x", parsed=False)]
+    assert support_bound(drafts) == pytest.approx(0.4) and support_bound([]) == 0.0
+    assert certain_fallback(drafts, "evidence", 0.5) == pytest.approx(0.4)
+    assert certain_fallback(drafts, "evidence+agg", 0.5) == pytest.approx(0.4)
+    assert certain_fallback(drafts, "evidence", 0.4) is None  # 0.4 can still be reached
+    assert certain_fallback(drafts, "evidence", None) is None
+    assert certain_fallback(drafts, "rho", 0.99) is None  # rho's confidence is not bounded by agreement
+
+
+@pytest.mark.parametrize("tau_min", [0.0, 0.5, 1.0])
+def test_early_fallback_skips_verification_and_keeps_the_answer(verifier, tau_min):
+    model, chat = verifier
+    subsets = lambda q, docs, k, m, s: ([[0, 1], [1, 2], [2, 0]], {})  # noqa: E731
+    kw = dict(m=3, max_draft_tokens=6, max_answer_tokens=4, selection="evidence", tau_min=tau_min)
+    kw["verifier_prompt"] = "chat" if chat else "plain"
+    early = SpecRAG(model, model, subsets=subsets, config=RAGConfig(**kw)).answer("Which city?", docs=DOCS)
+    full = SpecRAG(model, model, subsets=subsets, config=RAGConfig(**kw, early_fallback=False))
+    slow = full.answer("Which city?", docs=DOCS)
+    assert (early.answer, early.trace["path"]) == (slow.answer, slow.trace["path"])
+    assert "confidence_bound" not in slow.trace and "evidence_verification_s" in slow.trace
+    skipped = certain_fallback(early.drafts, "evidence", tau_min)
+    verified = "evidence_verification_s" in early.trace
+    assert ("confidence_bound" in early.trace) == (skipped is not None) == (not verified)
+    if tau_min == 0.0:
+        assert skipped is None and early.trace["path"] == "verified_draft"
+    if tau_min == 1.0:  # the tiny model's three drafts never all agree: the skip is exercised
+        assert skipped is not None
+        # eval scores every selection option afterwards, outside the latency, and says so
+        row = {"question_id": "q", "question": "Which city?", "ground_truth": ["Paris"], "context": DOCS}
+        full.config.early_fallback = True
+        res = evaluate(full, [row], ["speculative"], progress=False)
+        [pred] = res["predictions"]
+        assert pred["path"] == "fallback" and "evidence_verification_s" not in pred["stages_s"]
+        assert pred["scored_after_answer"]["evidence_verification_s"] > 0 and set(pred["selections"]) == set(SELECTIONS)
+    if skipped is not None:
+        assert early.trace["path"] == "fallback" and slow.trace["confidence"] < tau_min
+        assert "chosen_draft" not in early.trace and early.trace["confidence_bound"] == skipped
