@@ -146,10 +146,14 @@ def test_ask_reports_stages_and_quiet_silences_them(capsys, tiny_cli):
     quiet_out, quiet_err = _cli(capsys, *args, "--quiet")
     assert quiet_err == ""
     assert json.loads(quiet_out)["answer"] == obj["answer"]
-    _, err = _cli(capsys, *args[:-5], "--selection", "evidence", "--tau-min", "1.0", "--json")  # the cascade's stages
+    cascade = [*args[:-5], "--selection", "evidence", "--tau-min", "1.0", "--json"]  # the cascade's stages
+    _, err = _cli(capsys, *cascade, "--no-early-fallback")
     lines = err.splitlines()
     assert lines[4].startswith("evidence verification: 2 drafts with their passages, ") and "tree tokens" in lines[4]
     assert "< tau_min 1.0: standard fallback" in lines[5], err
+    out, err = _cli(capsys, *cascade)  # early fallback (the default): verification skipped unless both drafts agree
+    skipped = "confidence_bound" in json.loads(out)["trace"]
+    assert err.splitlines()[4].startswith("verification skipped: " if skipped else "evidence verification: "), err
 
 
 def test_generate_reports_stages_and_quiet_silences_them(capsys, tiny_cli):

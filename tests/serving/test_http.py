@@ -77,7 +77,9 @@ def test_rag_contract_with_documents_corpus_and_stream(client):
     )
     assert r.status_code == 200, r.text
     trace = r.json()["trace"]
-    assert trace["selection"] == "evidence+agg" and "evidence_verification_s" in trace or trace.get("consensus")
+    assert trace["selection"] == "evidence+agg" or trace.get("consensus")
+    # verified, or the fallback was certain before verification (early fallback), or the consensus fast path
+    assert "evidence_verification_s" in trace or "confidence_bound" in trace or trace.get("consensus")
     assert trace.get("path") in ("fallback", "consensus")  # no draft clears tau_min 1.0
     r = client.post(
         "/v1/rag",
