@@ -58,7 +58,7 @@ def main() -> None:
         evaluate(rag, warm, ["standard", "speculative"], progress=False)
     preds: dict[str, list[dict]] = {"standard": [], "early": [], "full": []}
     for i, row in enumerate(rows):
-        for side, on in (SIDES.items() if i % 2 == 0 else reversed(SIDES.items())):
+        for side, on in SIDES.items() if i % 2 == 0 else reversed(SIDES.items()):
             rag.config.early_fallback = on
             methods = ["standard", "speculative"] if side == "early" else ["speculative"]
             for p in evaluate(rag, [row], methods, progress=False)["predictions"]:
