@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     trees = {"before": Path(args.before).resolve(), "after": ROOT}
     flags = shlex.split(args.flags)
-    keep = {side: Path(args.keep) / side if args.keep else None for side in trees}
+    keep = {side: Path(args.keep).resolve() / side if args.keep else None for side in trees}
     runs = {side: predictions(tree, args.data, args.methods, flags, keep[side]) for side, tree in trees.items()}
     before, after = runs["before"][0], runs["after"][0]
     differing = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))

@@ -37,7 +37,7 @@ def summary(preds: list[dict]) -> dict:
         "accuracy": sum(p["correct"] for p in preds) / len(preds),
         "latency_s": statistics.fmean(p["latency_s"] for p in preds),
         "stages_s": {k: statistics.fmean(p["stages_s"].get(k, 0.0) for p in preds) for k in stages},
-        "paths": {path: sum(p["path"] == path for p in preds) for path in sorted({str(p["path"]) for p in preds})},
+        "paths": {path: sum(str(p["path"]) == path for p in preds) for path in sorted({str(p["path"]) for p in preds})},
     }
 
 
