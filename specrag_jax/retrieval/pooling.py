@@ -30,9 +30,10 @@ def own_passages(row: dict) -> list[Document]:
         return []
 
 
-def pool_passages(rows: Iterable[dict]) -> list[Document]:
-    """Every passage of every row, deduplicated by ``passage_key``, with fresh ids ``p<i>``."""
-    seen: set[str] = set()
+def pool_passages(rows: Iterable[dict], exclude: Iterable[dict] = ()) -> list[Document]:
+    """Every passage of every row, deduplicated by ``passage_key``, with fresh ids ``p<i>``; a passage that any
+    ``exclude`` row also holds is left out (a corpus for training that shares no passage with held-out rows)."""
+    seen: set[str] = {passage_key(d) for row in exclude for d in own_passages(row)}
     docs: list[Document] = []
     for row in rows:
         for d in own_passages(row):
