@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -37,7 +38,7 @@ def summary(preds: list[dict]) -> dict:
         "accuracy": sum(p["correct"] for p in preds) / len(preds),
         "latency_s": statistics.fmean(p["latency_s"] for p in preds),
         "stages_s": {k: statistics.fmean(p["stages_s"].get(k, 0.0) for p in preds) for k in stages},
-        "paths": {path: sum(str(p["path"]) == path for p in preds) for path in sorted({str(p["path"]) for p in preds})},
+        "paths": dict(sorted(Counter(str(p["path"]) for p in preds).items())),
     }
 
 

@@ -17,8 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from specrag_jax.pipeline.evaluation import load_questions
 from specrag_jax.pipeline.holdout import add_split_options, split_rows
-from specrag_jax.retrieval.corpus import write_jsonl
-from specrag_jax.retrieval.pooling import pool_passages
+from specrag_jax.retrieval.pooling import write_pool
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,10 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = load_questions(args.data)
     kept = split_rows(rows, args.split, args.holdout_fraction)
     ids = {id(r) for r in kept}
-    docs = pool_passages(kept, exclude=[r for r in rows if id(r) not in ids])
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(docs, Path(args.out))
-    print(f"{len(docs)} distinct passages of {len(kept)} questions ({args.split}) -> {args.out}", file=sys.stderr)
+    n = write_pool(kept, args.out, exclude=[r for r in rows if id(r) not in ids])
+    print(f"{n} distinct passages of {len(kept)} questions ({args.split}) -> {args.out}", file=sys.stderr)
     return 0
 
 

@@ -44,12 +44,17 @@ def pool_passages(rows: Iterable[dict], exclude: Iterable[dict] = ()) -> list[Do
     return docs
 
 
-def pool_file(data: str | Path, out: str | Path) -> int:
-    """Write the pooled corpus of the RetrievalQA-format file ``data`` to JSON lines ``out``; returns its size."""
-    docs = pool_passages(obj for _, obj in iter_json_lines(Path(data)) if isinstance(obj, dict))
+def write_pool(rows: Iterable[dict], out: str | Path, exclude: Iterable[dict] = ()) -> int:
+    """Write ``pool_passages(rows, exclude)`` to JSON lines ``out``; returns its size."""
+    docs = pool_passages(rows, exclude)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(docs, Path(out))
     return len(docs)
+
+
+def pool_file(data: str | Path, out: str | Path) -> int:
+    """Write the pooled corpus of the RetrievalQA-format file ``data`` to JSON lines ``out``; returns its size."""
+    return write_pool((obj for _, obj in iter_json_lines(Path(data)) if isinstance(obj, dict)), out)
 
 
 def own_passage_recall(own: Sequence[Document], used_keys: Iterable[str]) -> float | None:
