@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 QUESTION ?= How do I leave a loop early in Python?
+# Test processes: two keep both cores of a 2-core machine busy while one compiles; each real-model test file holds
+# up to ~7 GB, so raise it only with the memory for it (TEST_WORKERS=0 runs the suite in this process).
+TEST_WORKERS ?= 2
 
 .PHONY: install run test format bench drafter-adapter clean
 
@@ -19,11 +22,12 @@ $(VENV)/.installed: pyproject.toml
 run: install
 	$(BIN)/specrag ask "$(QUESTION)"
 
-# Lint and format checks first (ruff, pinned in the `test` extra; config in pyproject.toml), then the suite.
+# Lint and format checks first (ruff, pinned in the `test` extra; config in pyproject.toml), then the suite on
+# TEST_WORKERS processes (pytest-xdist; a file stays on one worker, so its module fixtures load once).
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
 
 # Apply what `make test` checks: ruff's safe lint fixes, then the formatter.
 format: install

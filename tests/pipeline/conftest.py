@@ -1,4 +1,7 @@
-"""One real ``specrag eval`` run (SmolLM2 as drafter and verifier) whose output several test files check."""
+"""One real ``specrag eval`` run (SmolLM2 as drafter and verifier) whose output test_eval_cli.py checks.
+
+Its users stay in that one file: `make test` runs each file on one of its workers, and a second file using the
+run on the other worker would make it again (a minute of a cold run)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import pytest
 
 DATA = Path(__file__).parent / "data" / "mini_eval.jsonl"
 SMOL = "smollm2-135m-instruct"
-# The public contract's five methods (test_eval_cli.py) and lossless (its speculation contract, test_lossless.py).
+# The public contract's five methods and lossless (its speculation contract).
 SMOL_EVAL_METHODS = ["closed_book", "standard", "speculative", "drafter_only", "random_draft", "lossless"]
 
 

@@ -55,6 +55,22 @@ def test_eval_json_contract(smol_eval):
             assert {"verification_s", "evidence_verification_s"} <= set(p["stages_s"]) | set(p["scored_after_answer"])
 
 
+@pytest.mark.slow
+def test_eval_json_carries_the_speculation_contract(smol_eval):
+    """``specrag eval`` with standard and lossless among its methods (the same run as the contract test above)."""
+    assert smol_eval.code == 0, smol_eval.err
+    out, tmp_path = smol_eval.out, smol_eval.out_dir
+    res = json.loads(out)
+    lossless, standard = res["methods"]["lossless"], res["methods"]["standard"]
+    assert set(lossless["speculation"]) >= {"steps", "accepted_tokens_per_step", "proposed_tokens_per_step"}
+    assert lossless["speculation"]["steps"] >= 1 and lossless["accuracy"] == standard["accuracy"]
+    assert "speculation" not in standard
+    assert res["config"]["proposer"] == "both" and res["config"]["tree_budget"] == 16
+    preds = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    by = {(p["question_id"], p["method"]): p["answer"] for p in preds}
+    assert all(by[(q, "lossless")] == by[(q, "standard")] for q in ("toy_1", "toy_2"))
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
