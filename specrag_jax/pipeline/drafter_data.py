@@ -11,7 +11,10 @@ a check:
 - ``citation``: it cites a document of the subset as ``[i]`` (1 <= i <= subset size);
 
 and it is not a refusal (the teacher is told to write ``NONE`` when the documents do not support the answer).
-``require`` says which must pass: ``"answer"`` (the default), ``"citation"``, ``"either"`` or ``"both"``. The
+``require`` says which must pass: ``"answer"`` (the default), ``"citation"``, ``"either"``, ``"both"`` or
+``"grounded"`` (``answer``, and a gold answer occurs in the subset's passages as the drafter sees them: the
+teacher is shown the answer and rarely refuses, so without it an example can teach the drafter to state an answer
+its evidence does not hold; ``"grounded"`` is recorded in an example's checks whenever it holds). The
 default is ``answer`` because a citation alone keeps rationales that contradict the gold answer (measured on
 dev questions with the Qwen verifier as teacher: "Yes, the stock is above $250 ... [1]" for the gold answer
 "No", and a rationale naming another city than the gold one, both citing a document). Each kept example
@@ -33,7 +36,13 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.drafting import draft_prompts, truncate_docs
-from specrag_jax.pipeline.prompts import RESPONSE_TAG, first_line, format_document, normalize_answer
+from specrag_jax.pipeline.prompts import (
+    RESPONSE_TAG,
+    first_line,
+    format_document,
+    normalize_answer,
+    occurs_in_passages,
+)
 from specrag_jax.retrieval.pooling import own_passages
 
 TEACHER_RATIONALE = (
@@ -44,7 +53,8 @@ TEACHER_RATIONALE = (
 )
 REFUSAL = "NONE"
 CHECKS = ("answer", "citation")
-REQUIRE = ("answer", "citation", "either", "both")
+GROUNDED = "grounded"
+REQUIRE = ("answer", "citation", "either", "both", GROUNDED)
 _CITATION = re.compile(r"\[(\d+)\]")
 
 SubsetFn = Callable[[str, list[dict], int, int, int], tuple[list[list[int]], dict]]
@@ -80,12 +90,20 @@ def rationale_checks(rationale: str, answers: Sequence[str], n_docs: int) -> lis
     return passed
 
 
+def example_checks(rationale: str, answers: Sequence[str], subset: Sequence[dict]) -> list[str]:
+    """``rationale_checks`` plus ``GROUNDED`` when a gold answer occurs in the subset's passages."""
+    passed = rationale_checks(rationale, answers, len(subset))
+    return passed + [GROUNDED] if any(occurs_in_passages(str(a), subset) for a in answers) else passed
+
+
 def passes(passed: Sequence[str], require: str) -> bool:
     """Whether the checks ``passed`` satisfy ``require`` (``REQUIRE``)."""
     if require == "either":
-        return bool(passed)
+        return bool(set(CHECKS) & set(passed))
     if require == "both":
         return set(CHECKS) <= set(passed)
+    if require == GROUNDED:
+        return {"answer", GROUNDED} <= set(passed)
     return require in passed
 
 
@@ -163,7 +181,7 @@ class DrafterDataBuilder:
             self.stats.examples += 1
             self.stats.teacher_tokens += len(out.token_ids)
             rationale = first_line(out.text)
-            reason = self._reject_reason(rationale, answers, len(subset))
+            reason = self._reject_reason(rationale, answers, subset)
             if reason is None:
                 example = self._example(question, answers, answer, subset, rationale, prefix_ids + suffix, row, source)
                 reason = example if isinstance(example, str) else None
@@ -174,13 +192,13 @@ class DrafterDataBuilder:
         self.stats.kept += len(kept)
         return kept
 
-    def _reject_reason(self, rationale: str, answers: list[str], n_docs: int) -> str | None:
+    def _reject_reason(self, rationale: str, answers: list[str], subset: list[dict]) -> str | None:
         if not rationale:
             return "empty rationale"
         if rationale.strip().upper().startswith(REFUSAL):
             return "teacher said the documents do not support the answer"
-        passed = rationale_checks(rationale, answers, n_docs)
-        if not passed:
+        passed = example_checks(rationale, answers, subset)
+        if not set(CHECKS) & set(passed):
             return "rationale neither mentions the answer nor cites a document"
         if not passes(passed, self.require):
             return f"rationale fails the required check ({self.require}; passed: {', '.join(passed)})"
@@ -202,7 +220,7 @@ class DrafterDataBuilder:
         target_ids = tok.encode(target, add_bos=False)
         if len(prompt_ids) + len(target_ids) > self.max_tokens:
             return f"longer than max_tokens ({self.max_tokens})"
-        checks = rationale_checks(rationale, answers, len(subset))
+        checks = example_checks(rationale, answers, subset)
         for c in checks:
             self.stats.checks_passed[c] = self.stats.checks_passed.get(c, 0) + 1
         return {

@@ -23,6 +23,7 @@ from specrag_jax.pipeline.holdout import add_split_options, split_rows
 
 def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``make-drafter-data`` (its handler is ``args.drafter_data_main``)."""
+    from specrag_jax.pipeline.drafter_data import REQUIRE
     from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 
     p = sub.add_parser("make-drafter-data", help="write drafter training examples with a teacher model")
@@ -44,10 +45,10 @@ def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--require",
         default="answer",
-        choices=["answer", "citation", "either", "both"],
-        help="the rationale check an example must pass (answer: it mentions a gold answer; citation: "
-        "it cites a document of its subset); default answer (a citation alone keeps rationales "
-        "that contradict the gold answer)",
+        choices=list(REQUIRE),
+        help="the check an example must pass (answer: its rationale mentions a gold answer; citation: "
+        "it cites a document of its subset; grounded: answer, and a gold answer occurs in the subset's "
+        "passages); default answer (a citation alone keeps rationales that contradict the gold answer)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 
 from specrag_jax.pipeline.closed_set import ClosedSet
 
@@ -117,3 +118,10 @@ def normalize_answer(answer: str) -> str:
     text = re.sub(r"[^\w\s]", " ", answer.lower())
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
+
+
+def occurs_in_passages(answer: str, docs: Sequence[dict]) -> bool:
+    """Whether ``answer`` occurs (``normalize_answer``, on word boundaries) in the titles or texts of ``docs``."""
+    norm = normalize_answer(answer)
+    body = " ".join(normalize_answer(f"{d.get('title') or ''} {d.get('text') or ''}") for d in docs)
+    return bool(norm) and f" {norm} " in f" {body} "

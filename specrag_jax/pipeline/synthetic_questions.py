@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.pipeline.prompts import normalize_answer
+from specrag_jax.pipeline.prompts import normalize_answer, occurs_in_passages
 
 TEACHER_QUESTION = (
     "Read the passage and write one factual question that the passage answers, and the question's short "
@@ -40,11 +40,7 @@ def parse_question_answer(text: str) -> tuple[str, str] | None:
 
 def grounded(answer: str, passage: dict) -> bool:
     """The answer is short and occurs (normalised, on word boundaries) in the passage's title or text."""
-    norm = normalize_answer(answer)
-    if not norm or len(norm.split()) > MAX_ANSWER_WORDS:
-        return False
-    body = f" {normalize_answer((passage.get('title') or '') + ' ' + (passage.get('text') or ''))} "
-    return f" {norm} " in body
+    return len(normalize_answer(answer).split()) <= MAX_ANSWER_WORDS and occurs_in_passages(answer, [passage])
 
 
 def synthetic_rows(

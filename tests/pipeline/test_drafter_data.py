@@ -18,6 +18,7 @@ from specrag_jax.pipeline.drafter_data import (
     teacher_prompt,
 )
 from specrag_jax.pipeline.drafting import draft_prompts
+from specrag_jax.pipeline.prompts import occurs_in_passages
 from specrag_jax.pipeline.synthetic_questions import grounded, parse_question_answer, synthetic_rows
 
 ROW = {
@@ -72,7 +73,7 @@ def test_examples_use_drafting_prompts_and_record_checks(drafter):
     assert ex["prompt_ids"] == prefix + suffixes[0]  # the very ids drafting feeds the drafter
     assert ex["target"] == draft_target("Per [1], William Shakespeare wrote it.", "William Shakespeare")
     assert ex["target_ids"] == drafter.tokenizer.encode(ex["target"], add_bos=False)
-    assert ex["checks"] == ["answer", "citation"] and ex["doc_ids"] == ["ctx0", "ctx1"]
+    assert ex["checks"] == ["answer", "citation", "grounded"] and ex["doc_ids"] == ["ctx0", "ctx1"]
     assert "## Answer: William Shakespeare" in teacher.prompts[0] and "[2] Globe" in teacher.prompts[0]
     assert builder.stats.kept == 1 and builder.stats.examples == 2
     assert builder.stats.rejected == {"teacher said the documents do not support the answer": 1}
@@ -113,9 +114,36 @@ def test_the_required_check_decides_what_is_kept(drafter):
         for req in ("answer", "either")
     }
     assert outs["answer"].examples(ROW) == [] and len(outs["either"].examples(ROW)) == 2
-    assert outs["answer"].stats.rejected == {"rationale fails the required check (answer; passed: citation)": 2}
+    assert outs["answer"].stats.rejected == {  # the first subset holds the gold answer, the second does not
+        "rationale fails the required check (answer; passed: citation, grounded)": 1,
+        "rationale fails the required check (answer; passed: citation)": 1,
+    }
     with pytest.raises(SpecRagError, match="require must be one of"):
         DrafterDataBuilder(drafter, ScriptedTeacher([]), two_subsets, require="any")
+
+
+def test_answers_occur_in_passages_as_whole_normalised_words():
+    docs = [{"title": "Hamlet", "text": "A tragedy by William Shakespeare."}, {"text": "The Globe, London."}]
+    assert occurs_in_passages("william SHAKESPEARE", docs) and occurs_in_passages("the globe", docs)
+    assert occurs_in_passages("Hamlet", docs)  # titles count: the drafter reads them
+    assert not occurs_in_passages("Shakespear", docs) and not occurs_in_passages("Marlowe", docs)
+    assert not occurs_in_passages("", docs) and not occurs_in_passages("...", docs)
+
+
+def test_grounded_keeps_only_answers_the_subsets_passages_hold(drafter):
+    """The teacher is shown the gold answer and states it for a subset without it (Verona); ``grounded`` drops
+    that example, ``answer`` keeps it, and every kept example records whether it is grounded."""
+    assert passes(["answer", "grounded"], "grounded") and not passes(["answer", "citation"], "grounded")
+    assert not passes(["citation", "grounded"], "grounded") and not passes(["grounded"], "either")
+    rationales = ["Per [1], William Shakespeare wrote it.", "Per [1], William Shakespeare wrote it."]
+    answer = DrafterDataBuilder(drafter, ScriptedTeacher(list(rationales)), two_subsets, max_doc_tokens=200)
+    grounded = DrafterDataBuilder(
+        drafter, ScriptedTeacher(list(rationales)), two_subsets, max_doc_tokens=200, require="grounded"
+    )
+    assert [ex["checks"] for ex in answer.examples(ROW)] == [["answer", "citation", "grounded"], ["answer", "citation"]]
+    [kept] = grounded.examples(ROW)
+    assert kept["doc_ids"] == ["ctx0", "ctx1"] and grounded.stats.checks_passed["grounded"] == 1
+    assert grounded.stats.rejected == {"rationale fails the required check (grounded; passed: answer, citation)": 1}
 
 
 def test_synthetic_questions_are_parsed_grounded_and_shuffled():

@@ -1,0 +1,73 @@
+"""Are drafts whose answer occurs in their own passages right more often? (issue 21: drafter data and selection)
+
+Reads eval runs' ``predictions.jsonl`` (speculative RAG's drafts: answer and subset ``doc_ids``) and the data file
+their questions came from, and counts per run the drafts whose answer occurs in their own subset's passages
+(``prompts.occurs_in_passages``, the check ``make-drafter-data --require grounded`` applies to training examples)
+and how often each kind is right, with the cascade's accepted drafts listed. No model runs.
+
+    python benchmarks/draft_grounding.py --data ../shared/data/retrievalqa_dev.jsonl \
+        --runs benchmarks/results/eval_train70_lexical benchmarks/results/eval_heldout30_lexical
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import run_header, write_results
+from specrag_jax.pipeline.evaluation import is_correct, load_questions
+from specrag_jax.pipeline.prompts import occurs_in_passages
+from specrag_jax.retrieval.corpus import docs_from_context
+
+
+def grounding(predictions: list[dict], rows: dict[str, dict]) -> dict:
+    """Draft counts and accuracy by whether the answer occurs in the draft's own passages; accepted drafts."""
+    counts = {True: [0, 0], False: [0, 0]}  # grounded -> [drafts, right]
+    accepted = []
+    for p in predictions:
+        if p["method"] != "speculative":
+            continue
+        row = rows[p["question_id"]]
+        docs = {d["id"]: d for d in docs_from_context(row["context"])}
+        for d in p["drafts"]:
+            if not d.get("parsed", True):
+                continue
+            grounded = occurs_in_passages(d["answer"], [docs[i] for i in d["doc_ids"]])
+            counts[grounded][0] += 1
+            counts[grounded][1] += is_correct(d["answer"], row["ground_truth"])
+            if p.get("path") != "fallback" and d["index"] == p.get("chosen_draft"):
+                accepted.append({"question_id": p["question_id"], "grounded": grounded, "correct": p["correct"]})
+    return {
+        "grounded_drafts": counts[True][0],
+        "grounded_right": counts[True][1],
+        "ungrounded_drafts": counts[False][0],
+        "ungrounded_right": counts[False][1],
+        "grounded_accuracy": counts[True][1] / max(counts[True][0], 1),
+        "ungrounded_accuracy": counts[False][1] / max(counts[False][0], 1),
+        "accepted": accepted,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--runs", nargs="+", required=True, help="eval output folders (predictions.jsonl)")
+    ap.add_argument("--out", default="benchmarks/results/draft_grounding.json")
+    args = ap.parse_args()
+    rows = {r["question_id"]: r for r in load_questions(args.data)}
+    runs = {}
+    for run in args.runs:
+        preds = [json.loads(line) for line in (Path(run) / "predictions.jsonl").read_text().splitlines()]
+        runs[Path(run).name] = res = grounding(preds, rows)
+        print(
+            f"{Path(run).name}: grounded drafts {res['grounded_right']}/{res['grounded_drafts']} right, "
+            f"ungrounded {res['ungrounded_right']}/{res['ungrounded_drafts']}"
+        )
+    print(write_results(args.out, {**run_header(), "data": args.data, "runs": runs}))
+
+
+if __name__ == "__main__":
+    main()
