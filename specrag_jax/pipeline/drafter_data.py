@@ -181,9 +181,12 @@ class DrafterDataBuilder:
             self.stats.examples += 1
             self.stats.teacher_tokens += len(out.token_ids)
             rationale = first_line(out.text)
-            reason = self._reject_reason(rationale, answers, subset)
+            checks = example_checks(rationale, answers, subset)
+            reason = self._reject_reason(rationale, checks)
             if reason is None:
-                example = self._example(question, answers, answer, subset, rationale, prefix_ids + suffix, row, source)
+                example = self._example(
+                    question, answers, answer, subset, rationale, checks, prefix_ids + suffix, row, source
+                )
                 reason = example if isinstance(example, str) else None
             if reason is not None:
                 self.stats.reject(reason)
@@ -192,12 +195,11 @@ class DrafterDataBuilder:
         self.stats.kept += len(kept)
         return kept
 
-    def _reject_reason(self, rationale: str, answers: list[str], subset: list[dict]) -> str | None:
+    def _reject_reason(self, rationale: str, passed: list[str]) -> str | None:
         if not rationale:
             return "empty rationale"
         if rationale.strip().upper().startswith(REFUSAL):
             return "teacher said the documents do not support the answer"
-        passed = example_checks(rationale, answers, subset)
         if not set(CHECKS) & set(passed):
             return "rationale neither mentions the answer nor cites a document"
         if not passes(passed, self.require):
@@ -211,6 +213,7 @@ class DrafterDataBuilder:
         answer: str,
         subset: list[dict],
         rationale: str,
+        checks: list[str],
         prompt_ids: list[int],
         row: dict,
         source: str,
@@ -220,7 +223,6 @@ class DrafterDataBuilder:
         target_ids = tok.encode(target, add_bos=False)
         if len(prompt_ids) + len(target_ids) > self.max_tokens:
             return f"longer than max_tokens ({self.max_tokens})"
-        checks = example_checks(rationale, answers, subset)
         for c in checks:
             self.stats.checks_passed[c] = self.stats.checks_passed.get(c, 0) + 1
         return {
