@@ -8,13 +8,20 @@ prediction (the lossless path decodes the same tokens): the cascade's accuracy i
 ``selection.select`` and ``selection_confidence``.
 
 Candidates: the selection options whose cascade confidence does not use the drafter's own probabilities
-(``evidence``, ``evidence+agg``). The shipped drafter was trained on these train questions, so its confidence is
-inflated here (drafter_only is reported beside it; held out it was 10.0%, random_draft's level) and is not a
-valid calibration signal; the ``rho`` options are reported for comparison. A drafter trained on ``--split
-train-fit`` never saw the ``train-calibrate`` questions, so there every option is a candidate (``--candidates
-all``). Choice: the highest accuracy; ties: the most answers accepted from drafts (the cheaper path);
-``--smooth W`` ranks by the accuracy averaged over W neighbouring thresholds first (a plateau, not a one-question
-spike). ``--tau`` reports a rounded threshold.
+(``evidence``, ``evidence+agg`` and their ``+ground`` forms). The shipped drafter was trained on these train
+questions, so its confidence is inflated here (drafter_only is reported beside it; held out it was 10.0%,
+random_draft's level) and is not a valid calibration signal; the ``rho`` options are reported for comparison. A
+drafter trained on ``--split train-fit`` never saw the ``train-calibrate`` questions, so there every option is a
+candidate (``--candidates all``). Choice: the highest accuracy; ties: the most answers accepted from drafts (the
+cheaper path); ``--smooth W`` ranks by the accuracy averaged over W neighbouring thresholds first (a plateau, not a
+one-question spike). ``--tau`` reports a rounded threshold. A run recorded before drafts carried ``grounded`` is
+checked here against the data row's passages, as drafting checks them.
+
+The default (``rag_config.DEFAULT_SELECTION``, ``DEFAULT_TAU_MIN``) was chosen on train-calibrate:
+
+    python benchmarks/choose_cascade.py --predictions benchmarks/results/eval_calib20_fit/predictions.jsonl \
+        --data ../shared/data/retrievalqa_dev.jsonl --candidates all --smooth 2 --tau 0.41 \
+        --out benchmarks/results/cascade_choice_ground.json
 
     python benchmarks/choose_cascade.py --predictions build/eval_train70/predictions.jsonl \
         --data ../shared/data/retrievalqa_dev.jsonl --out benchmarks/results/cascade_choice_train.json --tau 0.5
@@ -30,8 +37,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import run_header, write_results
+from specrag_jax.pipeline.closed_set import from_row
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.evaluation import is_correct
+from specrag_jax.pipeline.prompts import occurs_in_passages
 from specrag_jax.pipeline.selection import (
     EVIDENCE_TERMS,
     SELECTIONS,
@@ -40,16 +49,17 @@ from specrag_jax.pipeline.selection import (
     select,
     selection_confidence,
 )
+from specrag_jax.retrieval.corpus import docs_from_context
 
-CANDIDATES = ("evidence", "evidence+agg")
+CANDIDATES = ("evidence", "evidence+agg", "evidence+ground", "evidence+agg+ground")
 
 
 def questions(predictions: Path, data: Path) -> list[dict]:
     """Per question: ground truth, standard's correctness, the recorded drafts and the baselines'."""
-    truth = {}
+    data_rows = {}
     for line in data.read_text().splitlines():
         row = json.loads(line)
-        truth[row.get("question_id")] = row["ground_truth"]
+        data_rows[row.get("question_id")] = row
     by_id: dict[str, dict] = {}
     for line in predictions.read_text().splitlines():
         p = json.loads(line)
@@ -60,15 +70,25 @@ def questions(predictions: Path, data: Path) -> list[dict]:
             rows.append(
                 {
                     "id": qid,
-                    "truth": truth[qid],
+                    "truth": data_rows[qid]["ground_truth"],
                     "standard": m["standard"]["correct"],
-                    "drafts": [Draft(**d) for d in m["speculative"]["drafts"]],
+                    "drafts": checked(data_rows[qid], [Draft(**d) for d in m["speculative"]["drafts"]]),
                     "baselines": {k: m[k]["correct"] for k in ("random_draft", "drafter_only") if k in m},
                 }
             )
     if not rows:
         raise SystemExit(f"{predictions}: no question has standard and speculative predictions")
     return rows
+
+
+def checked(row: dict, drafts: list[Draft]) -> list[Draft]:
+    """``drafts`` with ``grounded`` set from the row's passages where a run recorded none (runs before the check;
+    closed-set labels stay unchecked, as in drafting)."""
+    docs = {d["id"]: d for d in docs_from_context(row.get("context") or [])}
+    for d in drafts:
+        if d.grounded is None and from_row(row) is None:
+            d.grounded = d.parsed and occurs_in_passages(d.answer, [docs[i] for i in d.doc_ids if i in docs])
+    return drafts
 
 
 def picks(rows: list[dict], option: str) -> list[tuple[bool, float, bool]]:

@@ -25,7 +25,7 @@ TINY = ["--drafter", "tiny:llama", "--verifier", "tiny:llama"]
         (["--rerank", "kv", "--rerank-patience", "0"], "rerank patience must be >= 1"),
         (["--rerank", "kv", "--rerank-patience", "soon"], "--rerank-patience must be a whole number >= 1 or 'inf'"),
         (["--reranker", " "], "reranker must be a model name"),
-        (["--selection", "vote"], "unknown selection 'vote'; choose one of rho, evidence, rho+agg, evidence+agg"),
+        (["--selection", "vote"], "unknown selection 'vote'; choose one of rho, evidence, rho+agg, evidence+agg, rho+"),
         (["--tau-min", "1.5"], "tau_min must be in [0, 1] (got 1.5)"),
         (["--tau-min", "-0.1"], "tau_min must be in [0, 1] (got -0.1)"),
         (["--clustering", "bert"], "unknown clustering 'bert'; choose one of drafter, lexical"),

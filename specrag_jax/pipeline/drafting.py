@@ -10,7 +10,14 @@ from specrag_jax.models.generation import Phase
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.closed_set import ClosedSet
-from specrag_jax.pipeline.prompts import RATIONALE_TAG, RESPONSE_TAG, drafter_evidence, drafter_prefix, first_line
+from specrag_jax.pipeline.prompts import (
+    RATIONALE_TAG,
+    RESPONSE_TAG,
+    drafter_evidence,
+    drafter_prefix,
+    first_line,
+    occurs_in_passages,
+)
 
 _SPLIT = "\x00EVIDENCE\x00"
 
@@ -37,6 +44,9 @@ class Draft:
     ev_sr_logprob: float = 0.0
     ev_sr_no_logprob: float = 0.0
     score: float = 0.0
+    # does the answer occur in the draft's own passages (``prompts.occurs_in_passages``)? None: not checked
+    # (closed-set labels, or drafts recorded before the check existed)
+    grounded: bool | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -167,6 +177,7 @@ def write_drafts(
                 parsed=bool(rat and label),
                 draft_logprob=lp1 + lp2,
                 draft_tokens=n1 + n2,
+                grounded=None if closed is not None else bool(rat and ans) and occurs_in_passages(ans, subset),
             )
         )
     shared = phase1[0].shared_prefix_tokens if phase1 else 0

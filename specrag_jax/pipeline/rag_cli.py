@@ -49,7 +49,8 @@ def add_rag_options(p: argparse.ArgumentParser) -> None:
         "--selection",
         default=DEFAULT_SELECTION,
         help="how the verifier picks a draft: rho (question + draft only, the paper's), evidence (each "
-        "draft with its own passages), rho+agg or evidence+agg (agreeing answers pool their scores)",
+        "draft with its own passages); +agg: agreeing answers pool their scores; +ground (last): only drafts whose "
+        "answer occurs in their own passages are picked or accepted (e.g. evidence+agg+ground)",
     )
     p.add_argument(
         "--tau-min",

@@ -12,9 +12,10 @@ from specrag_jax.pipeline.reranking import check_rerank
 from specrag_jax.pipeline.selection import ScoreOptions, check_selection
 from specrag_jax.pipeline.verifier_prompts import check_prompt_form
 
-# the cascade's defaults, chosen on the train split (benchmarks/choose_cascade.py, cascade_choice_train.json)
-DEFAULT_SELECTION = "evidence"
-DEFAULT_TAU_MIN: float | None = 0.5
+# the cascade's defaults, chosen on the train-calibrate split with a drafter that never saw it
+# (benchmarks/choose_cascade.py --candidates all --smooth 2: benchmarks/results/cascade_choice_ground.json)
+DEFAULT_SELECTION = "rho+ground"
+DEFAULT_TAU_MIN: float | None = 0.41
 DEFAULT_CLUSTERING = "lexical"  # tied the drafter's embeddings on the train split, no model pass (clustering_train)
 DEFAULT_CONSENSUS = False  # the all-agree fast path (accepting unanimous drafts unverified) lost accuracy there
 
@@ -28,7 +29,7 @@ class RAGConfig:
     max_answer_tokens: int = 32
     max_doc_tokens: int = 160
     scores: ScoreOptions = ScoreOptions()
-    selection: str = DEFAULT_SELECTION  # "rho" | "evidence" | "rho+agg" | "evidence+agg" (pipeline/selection.py)
+    selection: str = DEFAULT_SELECTION  # selection.SELECTIONS: rho | evidence [+agg] [+ground]
     tau_min: float | None = DEFAULT_TAU_MIN
     fallback: str = "standard"  # or "unanswerable"
     consensus: bool = DEFAULT_CONSENSUS

@@ -7,7 +7,11 @@ Selection options (``RAGConfig.selection``, ``--selection``):
   draft's tokens and "Yes" to "is the response supported by the evidence" (``EVIDENCE_TERMS``);
 - ``+agg`` (``rho+agg``, ``evidence+agg``): drafts whose normalised answers agree pool their probabilities
   (log-sum-exp of their scores, Self-RAG's rule for closed-set tasks); the best-scoring answer wins and its
-  best-scoring draft is returned.
+  best-scoring draft is returned;
+- ``+ground`` (after ``+agg`` when both): only drafts whose answer occurs in their own passages
+  (``Draft.grounded``) compete when any does, and the cascade never accepts an ungrounded draft (confidence 0).
+  Held-out drafts whose answer their passages lack were right 0 of 60 times
+  (``benchmarks/results/draft_grounding.json``). Drafts not checked (closed-set labels) count as grounded.
 """
 
 from __future__ import annotations
@@ -26,7 +30,16 @@ PLAIN_TERMS = ("draft", "sc", "sr")  # the paper's rho (no documents)
 # evidence-aware selection's score: P(Yes | evidence, draft) alone (train split: 32.9%; with ev_sc, the draft's tokens
 # given its passages, 20.0%: benchmarks/results/cascade_choice_train.json)
 EVIDENCE_TERMS = ("ev_sr",)
-SELECTIONS = ("rho", "evidence", "rho+agg", "evidence+agg")
+SELECTIONS = (
+    "rho",
+    "evidence",
+    "rho+agg",
+    "evidence+agg",
+    "rho+ground",
+    "evidence+ground",
+    "rho+agg+ground",
+    "evidence+agg+ground",
+)
 UNPARSED_PENALTY = -1e4  # a draft that did not follow the format loses to every draft that did
 
 
@@ -57,6 +70,23 @@ def check_selection(selection: str) -> str:
     if selection not in SELECTIONS:
         raise SpecRagError(f"unknown selection {selection!r}; choose one of {', '.join(SELECTIONS)}")
     return selection
+
+
+def with_agg(selection: str) -> str:
+    """``selection`` with answer-level aggregation (closed-set questions always pool their labels' scores)."""
+    if "+agg" in check_selection(selection):
+        return selection
+    base, _, rest = selection.partition("+")
+    return check_selection(f"{base}+agg" + (f"+{rest}" if rest else ""))
+
+
+def _grounds(selection: str) -> bool:
+    return selection.endswith("+ground")
+
+
+def eligible(d: Draft) -> bool:
+    """A draft ``+ground`` selections may pick: parsed, and its answer occurs in its passages (or was not checked)."""
+    return d.parsed and d.grounded is not False
 
 
 def selection_scores(selection: str, scores: ScoreOptions) -> ScoreOptions:
@@ -138,9 +168,12 @@ def best_answer(drafts: Sequence[Draft]) -> Draft:
 
 
 def select(drafts: Sequence[Draft], selection: str, scores: ScoreOptions) -> Draft:
-    """Score ``drafts`` for ``selection`` (its verification must have run) and return the chosen draft."""
+    """Score ``drafts`` for ``selection`` (its verification must have run) and return the chosen draft
+    (``+ground``: among the eligible drafts when there are any)."""
     score_drafts(drafts, selection_scores(selection, scores))
-    return best_answer(drafts) if selection.endswith("+agg") else best(drafts)
+    pool = [d for d in drafts if eligible(d)] if _grounds(selection) else []
+    pool = pool or list(drafts)
+    return best_answer(pool) if "+agg" in selection else best(pool)
 
 
 def confidence(d: Draft) -> float:
@@ -160,29 +193,38 @@ def support(chosen: Draft, drafts: Sequence[Draft]) -> float:
     return sum(math.exp(ev_sr_logprob(d, "yes_vs_no")) for d in agreeing) / len(drafts)
 
 
-def support_bound(drafts: Sequence[Draft]) -> float:
+def support_bound(drafts: Sequence[Draft], grounded: bool = False) -> float:
     """The most ``support`` can be for any of ``drafts`` whatever the verifier says (each P(Yes) is at most 1):
     the share of drafts in the largest group that agrees on a parsed answer (1 / m for a lone parsed draft; 0.0
-    when none parsed)."""
-    if not any(d.parsed for d in drafts):
+    when none parsed). ``grounded``: only groups with an eligible draft count (0.0 when no draft is eligible)."""
+    if not any(eligible(d) if grounded else d.parsed for d in drafts):
         return 0.0
-    largest = max((len(g) for g in answer_groups(drafts).values()), default=1)
+    groups = [g for g in answer_groups(drafts).values() if not grounded or any(eligible(d) for d in g)]
+    largest = max((len(g) for g in groups), default=1)
     return max(largest, 1) / len(drafts)
 
 
 def certain_fallback(drafts: Sequence[Draft], selection: str, tau_min: float | None) -> float | None:
-    """``support_bound(drafts)`` when the cascade must fall back before any verification (an evidence-aware
-    selection whose confidence, ``support``, cannot reach ``tau_min``), else None. The margin keeps a bound that
-    equals tau_min up to rounding of the P(Yes) sum on the verifying side."""
-    if tau_min is None or not selection.startswith("evidence"):
+    """The most the cascade's confidence can be when it must fall back before any verification (an
+    evidence-aware selection whose ``support`` cannot reach ``tau_min``; a ``+ground`` selection with no eligible
+    draft: 0.0), else None. The margin keeps a bound that equals tau_min up to rounding of the P(Yes) sum on the
+    verifying side."""
+    if tau_min is None:
         return None
-    bound = support_bound(drafts)
+    if _grounds(selection) and not any(eligible(d) for d in drafts):
+        bound = 0.0
+    elif selection.startswith("evidence"):
+        bound = support_bound(drafts, _grounds(selection))
+    else:
+        return None
     return bound if bound < tau_min - 1e-9 else None
 
 
 def selection_confidence(chosen: Draft, drafts: Sequence[Draft], selection: str) -> float:
     """The confidence the cascade compares with tau_min: ``support`` for evidence-aware selections, else the
-    paper-style ``confidence``."""
+    paper-style ``confidence``; 0.0 for an ineligible draft under ``+ground``."""
+    if _grounds(selection) and not eligible(chosen):
+        return 0.0
     return support(chosen, drafts) if selection.startswith("evidence") else confidence(chosen)
 
 

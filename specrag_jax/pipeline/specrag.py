@@ -1,8 +1,9 @@
 """SpecRAG: the Python API of the whole pipeline and its baselines.
 
 speculative (the default method): retrieve -> passage vectors (``clustering.py``) -> k-means -> m subsets -> m drafts
-in one batched generation -> one packed verifier pass (evidence-aware by default: each draft's own passages, or
-the paper's rho without documents; ``selection.py``) -> the selected draft, accepted when its confidence reaches
+in one batched generation -> one packed verifier pass (by default the paper's rho without documents, among the
+drafts whose answer occurs in their own passages; or evidence-aware, each draft with its own passages;
+``selection.py``) -> the selected draft, accepted when its confidence reaches
 tau_min, else the cascade's fallback (standard RAG through the lossless path, reusing the drafts: exactly the
 standard answer). Baselines in the same API: standard (all documents in the verifier's prompt), closed_book,
 drafter_only (best rho_draft), random_draft (no verification). lossless: the standard answer decoded with
@@ -40,6 +41,7 @@ from specrag_jax.pipeline.selection import (
     select,
     selection_confidence,
     selection_scores,
+    with_agg,
 )
 from specrag_jax.pipeline.verification import verify_drafts
 from specrag_jax.pipeline.verifier_prompts import answer_prompt, use_chat
@@ -338,7 +340,7 @@ class SpecRAG:
     ) -> RAGAnswer:
         cfg = self.config
         # closed-set questions: the drafts' labels always pool their scores (answer-level aggregation)
-        selection = cfg.selection if closed is None or cfg.selection.endswith("+agg") else cfg.selection + "+agg"
+        selection = cfg.selection if closed is None else with_agg(cfg.selection)
         if method == "random_draft":
             chosen = random.Random(cfg.seed).choice(drafts)
         elif method == "drafter_only":

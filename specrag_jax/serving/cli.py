@@ -56,7 +56,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--selection",
         default=DEFAULT_SELECTION,
-        help="/v1/rag's default selection: evidence, evidence+agg, rho or rho+agg",
+        help="/v1/rag's default selection: rho or evidence, optionally +agg then +ground (e.g. evidence+ground)",
     )
     p.add_argument(
         "--tau-min",

@@ -49,7 +49,7 @@ class RagRequest(StrictModel):
     rerank_patience: int | None = Field(None, ge=1, le=1000, description="stable groups before reranking stops")
     progressive_prefill: int | None = Field(None, ge=0, le=1000, description="stable groups before prefilling")
     selection: Literal[SELECTIONS] | None = Field(  # type: ignore[valid-type]
-        None, description="rho | evidence | rho+agg | evidence+agg (default: the server's)"
+        None, description="rho | evidence, optionally +agg then +ground (default: the server's)"
     )
     tau_min: float | None = Field(
         None, ge=0.0, le=1.0, description="the cascade's confidence floor (0: never falls back; default: the server's)"
@@ -94,6 +94,9 @@ class RagDraft(BaseModel):
     ev_sr_logprob: float = Field(description='log P("Yes") to "is the response supported by the evidence"')
     ev_sr_no_logprob: float = Field(description='log P("No") to the same')
     score: float = Field(description="the score the selection ranked it by (higher is better)")
+    grounded: bool | None = Field(
+        None, description="whether the answer occurs in the draft's own passages (null: not checked, closed set)"
+    )
 
 
 class RagResponse(BaseModel):

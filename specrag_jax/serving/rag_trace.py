@@ -114,7 +114,7 @@ class RagTrace(TypedDict, total=False):
             "agreeing on an answer); under tau_min the cascade falls back without verifying"
         ),
     ]
-    selection: Annotated[str, Field(description="rho | evidence | rho+agg | evidence+agg")]
+    selection: Annotated[str, Field(description="rho | evidence, optionally +agg then +ground")]
     chosen_draft: Annotated[Count, Field(description="index of the chosen draft (also when it was not accepted)")]
     fallback: Annotated[Literal["standard", "unanswerable"], Field(description="the cascade's fallback, when taken")]
     path: Annotated[str, Field(description="verified_draft | fallback | consensus | drafter_only | random_draft")]

@@ -158,6 +158,9 @@ def test_drafts_and_answers_are_labels():
     )
     for d in drafts:  # a random tiny model rarely writes a label: then the draft keeps its text and is unparsed
         assert d.answer in ARC.labels if d.parsed else ARC.parse(d.answer) == ""
+        assert d.grounded is None  # labels are not checked against the passages
+    open_drafts, _ = write_drafts(rag.drafter, "Which gas?", [DOCS[:1]], max_rationale_tokens=8, max_answer_tokens=4)
+    assert isinstance(open_drafts[0].grounded, bool)
     for method in ("standard", "closed_book", "speculative"):
         answer = rag.answer("Which gas?", DOCS, method, closed_set=ARC).answer
         assert answer in ARC.labels or ARC.parse(answer) == ""
@@ -170,9 +173,11 @@ def _labelled(answers_scores: list[tuple[str, float]]) -> list[Draft]:
     return [Draft(i, [str(i)], "", "r", a, True, s, 1) for i, (a, s) in enumerate(answers_scores)]
 
 
-def test_closed_questions_aggregate_the_drafts_labels(monkeypatch):
-    rag = _rag(selection="evidence", tau_min=None)
-    # one draft says A with the best single score; two drafts say B, pooling to more
+@pytest.mark.parametrize("ground", ["", "+ground"])
+def test_closed_questions_aggregate_the_drafts_labels(monkeypatch, ground):
+    rag = _rag(selection="evidence" + ground, tau_min=None)
+    # one draft says A with the best single score; two drafts say B, pooling to more (labels are never checked
+    # against the passages: +ground changes nothing)
     monkeypatch.setattr(rag, "verify", lambda *a, **k: None)
     picks = {}
     for name, closed in (("open", None), ("closed", ARC)):
@@ -182,4 +187,4 @@ def test_closed_questions_aggregate_the_drafts_labels(monkeypatch):
         trace: dict = {}
         result = rag._select("Which gas?", DOCS, drafts, trace, 0.0, method="speculative", closed=closed)
         picks[name] = (result.answer, trace["selection"])
-    assert picks == {"open": ("A", "evidence"), "closed": ("B", "evidence+agg")}
+    assert picks == {"open": ("A", "evidence" + ground), "closed": ("B", "evidence+agg" + ground)}

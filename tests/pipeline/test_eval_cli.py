@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specrag_jax.cli import main
+from specrag_jax.pipeline.selection import SELECTIONS
 from tests.pipeline.conftest import SMOL_EVAL_METHODS
 
 DATA = Path(__file__).parent / "data" / "mini_eval.jsonl"
@@ -38,9 +39,9 @@ def test_eval_json_contract(smol_eval):
     assert res["config"]["split"] == "all"
     assert res["config"]["m"] == 2 and res["config"]["offset"] == 0
     assert res["config"]["drafter_adapter"] == "smollm2-rag-drafter"  # the drafter's shipped default
-    assert res["config"]["selection"] in ("rho", "evidence", "rho+agg", "evidence+agg")
+    assert res["config"]["selection"] in SELECTIONS
     assert res["config"]["clustering"] == "lexical"  # the default: passages clustered by their words
-    assert set(res["selection"]) == {"rho", "evidence", "rho+agg", "evidence+agg", "oracle"}
+    assert set(res["selection"]) == {*SELECTIONS, "oracle"}
     cascade = res["methods"]["speculative"]["cascade"]
     assert cascade["n"] == 2 and cascade["accepted"] + cascade["fallback"] == 2
     assert json.loads((tmp_path / "results.json").read_text())["methods"].keys() == res["methods"].keys()

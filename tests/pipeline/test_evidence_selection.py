@@ -92,7 +92,11 @@ def test_selection_names_and_terms():
             check_selection(bad)
     with pytest.raises(SpecRagError, match="unknown selection"):
         RAGConfig(selection="vote").check()
-    assert set(SELECTIONS) == {"rho", "evidence", "rho+agg", "evidence+agg"}
+    base = ("rho", "evidence", "rho+agg", "evidence+agg")
+    assert SELECTIONS == base + tuple(f"{b}+ground" for b in base)
+    for bad in ("evidence+ground+agg", "ground", "rho+ground+ground"):
+        with pytest.raises(SpecRagError, match="unknown selection"):
+            check_selection(bad)
 
 
 @pytest.fixture(scope="module", params=["plain", "chat"])

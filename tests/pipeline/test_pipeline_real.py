@@ -7,6 +7,7 @@ import pytest
 
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.drafting import Draft, write_drafts
+from specrag_jax.pipeline.prompts import occurs_in_passages
 from specrag_jax.pipeline.verification import verify_drafts
 
 pytestmark = pytest.mark.slow
@@ -57,4 +58,7 @@ def test_batched_drafting_equals_drafting_each_subset_alone(smol):
         [alone], _ = write_drafts(smol, QUESTION, [s], max_rationale_tokens=24, max_answer_tokens=8)
         assert (alone.rationale, alone.answer) == (batched[i].rationale, batched[i].answer)
         assert alone.draft_logprob == pytest.approx(batched[i].draft_logprob, abs=1e-4)
+        # the +ground selections' check: the answer occurs in the draft's own passages
+        answered = bool(batched[i].rationale and batched[i].answer)
+        assert batched[i].grounded is (answered and occurs_in_passages(batched[i].answer, s))
     assert smol.runner.allocator.num_free == smol.runner.allocator.num_usable

@@ -136,7 +136,9 @@ def test_eval_json_carries_the_roofline_of_every_method():
 
     drafter = tiny_text_model("tiny:llama", seed=1, num_pages=96, page_size=16, max_seq_len=1024)
     verifier = tiny_text_model("tiny:llama", seed=2, num_pages=96, page_size=16, max_seq_len=1024)
-    config = RAGConfig(n_docs=2, m=2, k=1, max_draft_tokens=4, max_answer_tokens=3, max_doc_tokens=40)
+    # the evidence pass timed (the default, rho+ground, skips verification when no random draft is grounded)
+    sizes = dict(n_docs=2, m=2, k=1, max_draft_tokens=4, max_answer_tokens=3, max_doc_tokens=40)
+    config = RAGConfig(**sizes, selection="evidence", tau_min=None)
     rag = SpecRAG(drafter, verifier, subsets=clustered_subsets(Embedder(drafter)), config=config)
     rows = load_questions(Path(__file__).parent / "data" / "mini_eval.jsonl")
     rows = (rows * 3)[:4]  # repeats compile nothing new

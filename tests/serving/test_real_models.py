@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from specrag_jax.models.engine.engine import Engine
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.rag_config import DEFAULT_SELECTION
 from specrag_jax.pipeline.specrag import RAGConfig
 from specrag_jax.serving.app import create_app
 from specrag_jax.serving.service import ServeConfig, Service
@@ -48,8 +49,14 @@ def test_real_models_rag_endpoint(smol):
     with TestClient(create_app(svc)) as c:
         r = c.post("/v1/rag", json={"question": "What is the capital of France?", "documents": DOCS[:3]})
         assert r.status_code == 200, r.text
+        assert r.json()["trace"]["selection"] == DEFAULT_SELECTION
+        r = c.post(
+            "/v1/rag",
+            json={"question": "What is the capital of France?", "documents": DOCS[:3], "selection": "evidence"},
+        )
+        assert r.status_code == 200, r.text
         body = r.json()
-        assert len(body["drafts"]) == 2 and body["trace"]["evidence_tree_tokens"] > 0  # the default selection
+        assert len(body["drafts"]) == 2 and body["trace"]["evidence_tree_tokens"] > 0
         assert set(body["citations"]) <= {d["id"] for d in DOCS}
         r = c.post(
             "/v1/rag",

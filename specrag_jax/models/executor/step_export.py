@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -108,7 +109,8 @@ class ExportedSteps:
             else:
                 exported = self._export(body, statics, params, pool, args)
                 self.directory.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                # unique per writer: two threads of one process (engines on threads) may export the same step
+                tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
                 tmp.write_bytes(exported.serialize())
                 os.replace(tmp, path)
             return jax.jit(exported.call, donate_argnums=self._donated())
