@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specrag_jax.pipeline.drafting import Draft
+from specrag_jax.pipeline.prompts import occurs_in_passages
 from specrag_jax.pipeline.selection import (
     SELECTIONS,
     ScoreOptions,
@@ -20,6 +21,14 @@ from specrag_jax.pipeline.selection import (
     support_bound,
     with_agg,
 )
+from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
+from specrag_jax.serving.tiny import tiny_text_model
+
+DOCS = [
+    {"id": "a", "title": "Paris", "text": "Paris is the capital of France."},
+    {"id": "b", "title": "Lyon", "text": "Lyon is a city in France."},
+    {"id": "c", "title": "", "text": "Marseille has a port."},
+]
 
 
 def draft(i: int, answer: str, grounded: bool | None, yes: float = 0.9, parsed: bool = True) -> Draft:
@@ -97,3 +106,21 @@ def test_ground_selections_never_accept_an_ineligible_draft_and_the_early_fallba
     bound = certain_fallback(drafts, option, tau)
     if bound is not None:  # skipping verification is only allowed when the chosen draft could not pass
         assert conf <= bound + 1e-9 and conf < tau
+
+
+def test_pipeline_without_a_grounded_draft_falls_back_before_verifying():
+    """The default selection (rho+ground) on a random tiny model, whose drafts never occur in their passages: the
+    verification pass is skipped and the answer and path are those of the full cascade."""
+    model = tiny_text_model("tiny:qwen2")
+    subsets = lambda q, docs, k, m, s: ([[0, 1], [1, 2], [2, 0]], {})  # noqa: E731
+    kw = dict(m=3, max_draft_tokens=6, max_answer_tokens=4, selection="rho+ground", tau_min=0.1)
+    early = SpecRAG(model, model, subsets=subsets, config=RAGConfig(**kw)).answer("Which city?", docs=DOCS)
+    slow = SpecRAG(model, model, subsets=subsets, config=RAGConfig(**kw, early_fallback=False))
+    full = slow.answer("Which city?", docs=DOCS)
+    for d in early.drafts:
+        ids = set(d.doc_ids)
+        assert d.grounded == (d.parsed and occurs_in_passages(d.answer, [x for x in DOCS if x["id"] in ids]))
+    assert not any(eligible(d) for d in early.drafts)
+    assert (early.answer, early.trace["path"]) == (full.answer, full.trace["path"]) == (full.answer, "fallback")
+    assert "verification_s" in full.trace and full.trace["confidence"] == 0.0
+    assert "verification_s" not in early.trace and early.trace["confidence_bound"] == 0.0
