@@ -15,7 +15,7 @@ drafter trained on ``--split train-fit`` never saw the ``train-calibrate`` quest
 candidate (``--candidates all``). Choice: the highest accuracy; ties: the most answers accepted from drafts (the
 cheaper path); ``--smooth W`` ranks by the accuracy averaged over W neighbouring thresholds first (a plateau, not a
 one-question spike). ``--tau`` reports a rounded threshold. A run recorded before drafts carried ``grounded`` is
-checked here against the data row's passages, as drafting checks them.
+checked here against the data row's passages (whole; drafting reads them cut to 160 tokens).
 
 The default (``rag_config.DEFAULT_SELECTION``, ``DEFAULT_TAU_MIN``) was chosen on train-calibrate:
 
@@ -83,8 +83,11 @@ def questions(predictions: Path, data: Path) -> list[dict]:
 
 def checked(row: dict, drafts: list[Draft]) -> list[Draft]:
     """``drafts`` with ``grounded`` set from the row's passages where a run recorded none (runs before the check;
-    closed-set labels stay unchecked, as in drafting)."""
-    docs = {d["id"]: d for d in docs_from_context(row.get("context") or [])}
+    closed-set labels and rows without ``context`` stay unchecked). The passages are read whole, where drafting
+    reads them cut to ``max_doc_tokens`` (160): an answer beyond the cut counts as grounded here."""
+    if not row.get("context") or all(d.grounded is not None for d in drafts):
+        return drafts
+    docs = {d["id"]: d for d in docs_from_context(row["context"])}
     for d in drafts:
         if d.grounded is None and from_row(row) is None:
             d.grounded = d.parsed and occurs_in_passages(d.answer, [docs[i] for i in d.doc_ids if i in docs])

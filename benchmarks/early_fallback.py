@@ -84,7 +84,9 @@ def main() -> None:
         "questions": [r["question_id"] for r in rows],
         "config": {"selection": rag.config.selection, "tau_min": rag.config.tau_min, "m": rag.config.m},
         "methods": result,
-        "skipped_verification": sum("evidence_verification_s" not in p["stages_s"] for p in preds["early"]),
+        "skipped_verification": sum(
+            not {"verification_s", "evidence_verification_s"} & set(p["stages_s"]) for p in preds["early"]
+        ),
         "ratio_early_vs_standard": result["early"]["latency_s"] / std,
         "ratio_full_vs_standard": result["full"]["latency_s"] / std,
         "ratio_early_vs_full": result["early"]["latency_s"] / result["full"]["latency_s"],

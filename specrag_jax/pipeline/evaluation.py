@@ -30,6 +30,7 @@ from specrag_jax.pipeline.selection import (
     score_drafts,
     select,
     selection_confidence,
+    with_agg,
 )
 from specrag_jax.pipeline.specrag import METHODS, SpecRAG
 from specrag_jax.rerank.coarse_to_fine import summarize_rerank
@@ -207,7 +208,7 @@ def evaluate(
             )
             if method == "speculative":
                 verified.append((result.drafts, row))
-                predictions[-1]["selections"] = selection_picks(result.drafts)
+                predictions[-1]["selections"] = selection_picks(result.drafts, from_row(row) is not None)
                 predictions[-1][SCORED_AFTER] = result.trace.get(SCORED_AFTER, {})
                 paths.append((result.trace.get("path"), ok))
     out: dict[str, Any] = {"methods": {}, "predictions": predictions}
@@ -242,16 +243,22 @@ def evaluate(
     return out
 
 
-def selection_picks(drafts: Sequence[Draft]) -> dict[str, dict[str, Any]]:
-    """Each selection option's answer and cascade confidence on the same (fully scored) drafts."""
+def as_run(option: str, closed: bool) -> str:
+    """The selection the pipeline runs for ``option`` (closed-set questions always aggregate their labels)."""
+    return with_agg(option) if closed else option
+
+
+def selection_picks(drafts: Sequence[Draft], closed: bool = False) -> dict[str, dict[str, Any]]:
+    """Each selection option's answer and cascade confidence on the same (fully scored) drafts, as the pipeline
+    runs the option (``closed``: a closed-set question)."""
     out = {}
     for option in SELECTIONS:
         own = copy.deepcopy(list(drafts))
-        chosen = select(own, option, ScoreOptions())
+        chosen = select(own, as_run(option, closed), ScoreOptions())
         out[option] = {
             "answer": chosen.answer,
             "draft": chosen.index,
-            "confidence": selection_confidence(chosen, own, option),
+            "confidence": selection_confidence(chosen, own, as_run(option, closed)),
         }
     return out
 
@@ -261,7 +268,10 @@ def selection_accuracy(verified: Sequence[tuple[Sequence[Draft], dict]]) -> dict
     the cascade's fallback; ``oracle``: some draft is correct."""
     out = {
         option: sum(
-            score_answer(row, select(copy.deepcopy(list(ds)), option, ScoreOptions()).answer) for ds, row in verified
+            score_answer(
+                row, select(copy.deepcopy(list(ds)), as_run(option, from_row(row) is not None), ScoreOptions()).answer
+            )
+            for ds, row in verified
         )
         / len(verified)
         for option in SELECTIONS

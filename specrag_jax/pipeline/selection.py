@@ -9,7 +9,8 @@ Selection options (``RAGConfig.selection``, ``--selection``):
   (log-sum-exp of their scores, Self-RAG's rule for closed-set tasks); the best-scoring answer wins and its
   best-scoring draft is returned;
 - ``+ground`` (after ``+agg`` when both): only drafts whose answer occurs in their own passages
-  (``Draft.grounded``) compete when any does, and the cascade never accepts an ungrounded draft (confidence 0).
+  (``Draft.grounded``) compete when any does, and the cascade never accepts an ungrounded draft (confidence 0, so
+  at any tau_min above 0; tau_min 0 accepts every pick).
   Held-out drafts whose answer their passages lack were right 0 of 60 times
   (``benchmarks/results/draft_grounding.json``). Drafts not checked (closed-set labels) count as grounded.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import defaultdict
 from typing import Sequence
 
@@ -80,7 +82,8 @@ def with_agg(selection: str) -> str:
     return check_selection(f"{base}+agg" + (f"+{rest}" if rest else ""))
 
 
-def _grounds(selection: str) -> bool:
+def grounds(selection: str) -> bool:
+    """Whether ``selection`` picks and accepts only grounded drafts (``+ground``)."""
     return selection.endswith("+ground")
 
 
@@ -136,11 +139,17 @@ def score_drafts(drafts: Sequence[Draft], options: ScoreOptions) -> None:
         d.score = sum(_TERM_VALUES[t](d, options) for t in options.terms) + (0.0 if d.parsed else UNPARSED_PENALTY)
 
 
+def answer_key(answer: str) -> str:
+    """The key agreeing answers share: ``normalize_answer``, or for an answer that is only an article (the label
+    "A" of a closed set) the lower-cased word itself; "" for an empty answer."""
+    return normalize_answer(answer) or " ".join(re.sub(r"[^\w\s]", " ", answer.lower()).split())
+
+
 def answer_groups(drafts: Sequence[Draft]) -> dict[str, list[Draft]]:
-    """Parsed drafts grouped by normalised answer (unparsed or empty answers are left out)."""
+    """Parsed drafts grouped by ``answer_key`` (unparsed or empty answers are left out)."""
     groups: dict[str, list[Draft]] = defaultdict(list)
     for d in drafts:
-        key = normalize_answer(d.answer)
+        key = answer_key(d.answer)
         if d.parsed and key:
             groups[key].append(d)
     return dict(groups)
@@ -171,7 +180,7 @@ def select(drafts: Sequence[Draft], selection: str, scores: ScoreOptions) -> Dra
     """Score ``drafts`` for ``selection`` (its verification must have run) and return the chosen draft
     (``+ground``: among the eligible drafts when there are any)."""
     score_drafts(drafts, selection_scores(selection, scores))
-    pool = [d for d in drafts if eligible(d)] if _grounds(selection) else []
+    pool = [d for d in drafts if eligible(d)] if grounds(selection) else []
     pool = pool or list(drafts)
     return best_answer(pool) if "+agg" in selection else best(pool)
 
@@ -188,7 +197,7 @@ def support(chosen: Draft, drafts: Sequence[Draft]) -> float:
     chosen (normalised) answer, each weighted by the verifier's P(Yes | Yes or No) that its evidence supports it."""
     if not chosen.parsed or not drafts:
         return 0.0
-    key = normalize_answer(chosen.answer)
+    key = answer_key(chosen.answer)
     agreeing = answer_groups(drafts).get(key, [chosen])
     return sum(math.exp(ev_sr_logprob(d, "yes_vs_no")) for d in agreeing) / len(drafts)
 
@@ -211,10 +220,10 @@ def certain_fallback(drafts: Sequence[Draft], selection: str, tau_min: float | N
     verifying side."""
     if tau_min is None:
         return None
-    if _grounds(selection) and not any(eligible(d) for d in drafts):
+    if grounds(selection) and not any(eligible(d) for d in drafts):
         bound = 0.0
     elif selection.startswith("evidence"):
-        bound = support_bound(drafts, _grounds(selection))
+        bound = support_bound(drafts, grounds(selection))
     else:
         return None
     return bound if bound < tau_min - 1e-9 else None
@@ -223,12 +232,14 @@ def certain_fallback(drafts: Sequence[Draft], selection: str, tau_min: float | N
 def selection_confidence(chosen: Draft, drafts: Sequence[Draft], selection: str) -> float:
     """The confidence the cascade compares with tau_min: ``support`` for evidence-aware selections, else the
     paper-style ``confidence``; 0.0 for an ineligible draft under ``+ground``."""
-    if _grounds(selection) and not eligible(chosen):
+    if grounds(selection) and not eligible(chosen):
         return 0.0
     return support(chosen, drafts) if selection.startswith("evidence") else confidence(chosen)
 
 
-def consensus(drafts: Sequence[Draft]) -> bool:
-    """True when at least two drafts parsed and all parsed drafts give the same (normalised) answer."""
-    answers = {normalize_answer(d.answer) for d in drafts if d.parsed}
-    return len([d for d in drafts if d.parsed]) >= 2 and len(answers) == 1 and "" not in answers
+def consensus(drafts: Sequence[Draft], grounded: bool = False) -> bool:
+    """True when at least two drafts parsed and all parsed drafts give the same answer (``answer_key``);
+    ``grounded``: and one of them is eligible (``+ground`` never accepts an answer no passage holds)."""
+    answers = {answer_key(d.answer) for d in drafts if d.parsed}
+    agree = len([d for d in drafts if d.parsed]) >= 2 and len(answers) == 1 and "" not in answers
+    return agree and (not grounded or any(eligible(d) for d in drafts))

@@ -36,6 +36,8 @@ from specrag_jax.pipeline.selection import (
     best,
     certain_fallback,
     consensus,
+    eligible,
+    grounds,
     needs_verification,
     score_drafts,
     select,
@@ -346,18 +348,20 @@ class SpecRAG:
         elif method == "drafter_only":
             score_drafts(drafts, ScoreOptions(cfg.scores.normalize, ("draft",), cfg.scores.sr))
             chosen = best(drafts)
-        elif cfg.consensus and consensus(drafts):
+        elif cfg.consensus and consensus(drafts, grounded=grounds(selection)):
             trace["consensus"] = True
             trace["path"] = "consensus"
             self.progress.note("verification: skipped, all drafts agree")
             score_drafts(drafts, ScoreOptions(cfg.scores.normalize, ("draft",), cfg.scores.sr))
-            chosen = best(drafts)
+            chosen = best([d for d in drafts if eligible(d)] if grounds(selection) else drafts)
         else:
             trace["selection"] = selection
             bound = certain_fallback(drafts, selection, cfg.tau_min) if cfg.early_fallback else None
             if bound is not None:  # no draft can be accepted, whatever the verifier says: skip verifying
                 trace["confidence_bound"] = bound
                 why = f"at most {bound:.0%} of the drafts agree, support <= {bound:.2f} < tau_min {cfg.tau_min}"
+                if grounds(selection) and not any(eligible(d) for d in drafts):
+                    why = "no draft's answer occurs in its own passages"
                 self.progress.note(f"verification skipped: {why}")
                 return self._fall_back(question, docs, drafts, trace, t0, method, closed)
             self.verify(

@@ -10,6 +10,7 @@ import pytest
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.closed_set import CLAIM_INSTRUCTION, ClosedSet, closed_set, from_row
 from specrag_jax.pipeline.drafting import Draft, draft_prompts, write_drafts
+from specrag_jax.pipeline.evaluation import selection_picks
 from specrag_jax.pipeline.prompts import (
     closed_book_prompt,
     drafter_evidence,
@@ -17,6 +18,7 @@ from specrag_jax.pipeline.prompts import (
     standard_rag_prompt,
     verifier_prefix,
 )
+from specrag_jax.pipeline.selection import ScoreOptions, answer_groups, answer_key, consensus, select, support_bound
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
 from specrag_jax.pipeline.verifier_prompts import evidence_scoring_prompt, scoring_prompt
 from specrag_jax.serving.tiny import tiny_text_model
@@ -188,3 +190,21 @@ def test_closed_questions_aggregate_the_drafts_labels(monkeypatch, ground):
         result = rag._select("Which gas?", DOCS, drafts, trace, 0.0, method="speculative", closed=closed)
         picks[name] = (result.answer, trace["selection"])
     assert picks == {"open": ("A", "evidence" + ground), "closed": ("B", "evidence+agg" + ground)}
+
+
+def test_the_label_a_is_an_answer_not_an_article():
+    """``normalize_answer`` drops articles, so "A" once normalised to "" and its drafts never pooled: three strong
+    "A" drafts lost to one weak "B" under aggregation, and unanimous "A" drafts were no consensus."""
+    assert answer_key("A") == "a" and answer_key("The Paris") == "paris" and answer_key("") == ""
+    drafts = _labelled([("A", 0.0), ("A", 0.0), ("A", 0.0), ("B", 0.0)])
+    for d, p in zip(drafts, (0.7, 0.7, 0.7, 0.8)):
+        d.ev_sr_logprob, d.ev_sr_no_logprob = math.log(p), math.log(1 - p)
+        d.sr_logprob, d.sr_no_logprob = math.log(p), math.log(1 - p)
+    assert set(answer_groups(drafts)) == {"a", "b"} and support_bound(drafts) == 0.75
+    for option in ("rho+agg", "evidence+agg", "evidence+agg+ground"):
+        assert select(drafts, option, ScoreOptions()).answer == "A", option
+    assert select(drafts, "evidence", ScoreOptions()).answer == "B"  # the best single draft, without pooling
+    assert consensus(drafts[:3]) and not consensus(drafts)
+    # eval scores each option as the pipeline runs it: closed-set questions always pool their labels
+    assert selection_picks(drafts, closed=True)["evidence"]["answer"] == "A"
+    assert selection_picks(drafts, closed=False)["evidence"]["answer"] == "B"

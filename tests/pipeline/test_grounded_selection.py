@@ -15,6 +15,7 @@ from specrag_jax.pipeline.selection import (
     SELECTIONS,
     ScoreOptions,
     certain_fallback,
+    consensus,
     eligible,
     select,
     selection_confidence,
@@ -124,3 +125,17 @@ def test_pipeline_without_a_grounded_draft_falls_back_before_verifying():
     assert (early.answer, early.trace["path"]) == (full.answer, full.trace["path"]) == (full.answer, "fallback")
     assert "verification_s" in full.trace and full.trace["confidence"] == 0.0
     assert "verification_s" not in early.trace and early.trace["confidence_bound"] == 0.0
+
+
+def test_consensus_under_ground_needs_a_grounded_draft():
+    """The all-agree fast path accepts unverified: under +ground only when some agreeing draft is grounded."""
+    ungrounded = [draft(i, "Lyon", False) for i in range(3)]
+    mixed = [draft(0, "Paris", False), draft(1, "Paris", True), draft(2, "Paris", False)]
+    assert consensus(ungrounded) and not consensus(ungrounded, grounded=True)
+    assert consensus(mixed, grounded=True)
+    model = tiny_text_model("tiny:qwen2")
+    subsets = lambda q, docs, k, m, s: ([[0, 1], [1, 2], [2, 0]], {})  # noqa: E731
+    rag = SpecRAG(model, model, subsets=subsets, config=RAGConfig(selection="rho+ground", tau_min=0.5, consensus=True))
+    trace: dict = {}
+    result = rag._select("Which city?", DOCS, mixed, trace, 0.0, method="speculative", closed=None)
+    assert trace["path"] == "consensus" and result.trace["chosen_draft"] == 1
