@@ -85,11 +85,11 @@ def checked(row: dict, drafts: list[Draft]) -> list[Draft]:
     """``drafts`` with ``grounded`` set from the row's passages where a run recorded none (runs before the check;
     closed-set labels and rows without ``context`` stay unchecked). The passages are read whole, where drafting
     reads them cut to ``max_doc_tokens`` (160): an answer beyond the cut counts as grounded here."""
-    if not row.get("context") or all(d.grounded is not None for d in drafts):
+    if not row.get("context") or from_row(row) is not None or all(d.grounded is not None for d in drafts):
         return drafts
     docs = {d["id"]: d for d in docs_from_context(row["context"])}
     for d in drafts:
-        if d.grounded is None and from_row(row) is None:
+        if d.grounded is None:
             d.grounded = d.parsed and occurs_in_passages(d.answer, [docs[i] for i in d.doc_ids if i in docs])
     return drafts
 

@@ -30,7 +30,7 @@ from specrag_jax.pipeline.selection import (
     score_drafts,
     select,
     selection_confidence,
-    with_agg,
+    selection_for,
 )
 from specrag_jax.pipeline.specrag import METHODS, SpecRAG
 from specrag_jax.rerank.coarse_to_fine import summarize_rerank
@@ -237,15 +237,10 @@ def evaluate(
     out["roofline_peaks"] = peaks_once().to_dict()
     if verified:
         out["ablations"] = score_ablations(verified)
-        out["selection"] = selection_accuracy(verified)
+        out["selection"] = selection_accuracy(verified, [p["selections"] for p in predictions if "selections" in p])
         out["drafts"] = draft_format(verified)
         out["methods"]["speculative"]["cascade"] = cascade_summary(paths)
     return out
-
-
-def as_run(option: str, closed: bool) -> str:
-    """The selection the pipeline runs for ``option`` (closed-set questions always aggregate their labels)."""
-    return with_agg(option) if closed else option
 
 
 def selection_picks(drafts: Sequence[Draft], closed: bool = False) -> dict[str, dict[str, Any]]:
@@ -254,26 +249,23 @@ def selection_picks(drafts: Sequence[Draft], closed: bool = False) -> dict[str, 
     out = {}
     for option in SELECTIONS:
         own = copy.deepcopy(list(drafts))
-        chosen = select(own, as_run(option, closed), ScoreOptions())
+        run = selection_for(option, closed)
+        chosen = select(own, run, ScoreOptions())
         out[option] = {
             "answer": chosen.answer,
             "draft": chosen.index,
-            "confidence": selection_confidence(chosen, own, as_run(option, closed)),
+            "confidence": selection_confidence(chosen, own, run),
         }
     return out
 
 
-def selection_accuracy(verified: Sequence[tuple[Sequence[Draft], dict]]) -> dict[str, float]:
+def selection_accuracy(
+    verified: Sequence[tuple[Sequence[Draft], dict]], picks: Sequence[dict[str, dict[str, Any]]]
+) -> dict[str, float]:
     """Accuracy of every selection option (``selection.SELECTIONS``, default scores) on the same drafts, without
-    the cascade's fallback; ``oracle``: some draft is correct."""
+    the cascade's fallback, from each question's ``selection_picks``; ``oracle``: some draft is correct."""
     out = {
-        option: sum(
-            score_answer(
-                row, select(copy.deepcopy(list(ds)), as_run(option, from_row(row) is not None), ScoreOptions()).answer
-            )
-            for ds, row in verified
-        )
-        / len(verified)
+        option: sum(score_answer(row, p[option]["answer"]) for (_, row), p in zip(verified, picks)) / len(verified)
         for option in SELECTIONS
     }
     out["oracle"] = oracle(verified)

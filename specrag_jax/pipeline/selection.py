@@ -82,6 +82,11 @@ def with_agg(selection: str) -> str:
     return check_selection(f"{base}+agg" + (f"+{rest}" if rest else ""))
 
 
+def selection_for(selection: str, closed: bool) -> str:
+    """The selection the pipeline runs for ``selection``: closed-set questions always aggregate their labels."""
+    return with_agg(selection) if closed else selection
+
+
 def grounds(selection: str) -> bool:
     """Whether ``selection`` picks and accepts only grounded drafts (``+ground``)."""
     return selection.endswith("+ground")
@@ -90,6 +95,12 @@ def grounds(selection: str) -> bool:
 def eligible(d: Draft) -> bool:
     """A draft ``+ground`` selections may pick: parsed, and its answer occurs in its passages (or was not checked)."""
     return d.parsed and d.grounded is not False
+
+
+def candidates(drafts: Sequence[Draft], selection: str) -> list[Draft]:
+    """The drafts ``selection`` may pick: the eligible ones under ``+ground`` when there are any, else all."""
+    pool = [d for d in drafts if eligible(d)] if grounds(selection) else []
+    return pool or list(drafts)
 
 
 def selection_scores(selection: str, scores: ScoreOptions) -> ScoreOptions:
@@ -180,8 +191,7 @@ def select(drafts: Sequence[Draft], selection: str, scores: ScoreOptions) -> Dra
     """Score ``drafts`` for ``selection`` (its verification must have run) and return the chosen draft
     (``+ground``: among the eligible drafts when there are any)."""
     score_drafts(drafts, selection_scores(selection, scores))
-    pool = [d for d in drafts if eligible(d)] if grounds(selection) else []
-    pool = pool or list(drafts)
+    pool = candidates(drafts, selection)
     return best_answer(pool) if "+agg" in selection else best(pool)
 
 

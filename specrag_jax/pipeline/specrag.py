@@ -34,6 +34,7 @@ from specrag_jax.pipeline.reranking import Scorer, rerank_documents
 from specrag_jax.pipeline.selection import (
     ScoreOptions,
     best,
+    candidates,
     certain_fallback,
     consensus,
     eligible,
@@ -42,8 +43,8 @@ from specrag_jax.pipeline.selection import (
     score_drafts,
     select,
     selection_confidence,
+    selection_for,
     selection_scores,
-    with_agg,
 )
 from specrag_jax.pipeline.verification import verify_drafts
 from specrag_jax.pipeline.verifier_prompts import answer_prompt, use_chat
@@ -342,7 +343,7 @@ class SpecRAG:
     ) -> RAGAnswer:
         cfg = self.config
         # closed-set questions: the drafts' labels always pool their scores (answer-level aggregation)
-        selection = cfg.selection if closed is None else with_agg(cfg.selection)
+        selection = selection_for(cfg.selection, closed is not None)
         if method == "random_draft":
             chosen = random.Random(cfg.seed).choice(drafts)
         elif method == "drafter_only":
@@ -353,7 +354,7 @@ class SpecRAG:
             trace["path"] = "consensus"
             self.progress.note("verification: skipped, all drafts agree")
             score_drafts(drafts, ScoreOptions(cfg.scores.normalize, ("draft",), cfg.scores.sr))
-            chosen = best([d for d in drafts if eligible(d)] if grounds(selection) else drafts)
+            chosen = best(candidates(drafts, selection))  # consensus under +ground: some draft is eligible
         else:
             trace["selection"] = selection
             bound = certain_fallback(drafts, selection, cfg.tau_min) if cfg.early_fallback else None
