@@ -21,6 +21,7 @@ from typing import Any, Iterator, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig
@@ -136,10 +137,12 @@ def lora_delta(ab: dict, scale: float) -> jax.Array:
 def merge_lora(params: dict, adapter: dict, lora: LoraConfig | float) -> dict:
     """Base params with every adapter folded into its kernel (stacked or per-layer layout; same dtype).
 
-    ``lora``: the LoraConfig the adapter was trained with (or its scale ``alpha / rank``)."""
+    ``lora``: the LoraConfig the adapter was trained with (or its scale ``alpha / rank``). A stacked kernel is
+    updated once for all its adapted layers (one scatter per kernel, not one whole-leaf copy per layer)."""
     scale = lora.scale if isinstance(lora, LoraConfig) else float(lora)
     stacked = "layers" in params
     out = jax.tree_util.tree_map(lambda a: a, params)  # new containers; leaves shared until replaced
+    updates: dict[tuple[str, str], list[tuple[int, jax.Array]]] = {}  # stacked: (group, target) -> layer deltas
     for layer_name, groups in adapter.items():
         if not layer_name.startswith("layers_"):
             raise SpecRagError(f"adapter entry {layer_name!r} is not a decoder layer")
@@ -154,14 +157,23 @@ def merge_lora(params: dict, adapter: dict, lora: LoraConfig | float) -> dict:
                         f"was it trained on another model?"
                     ) from None
                 kernel = node["kernel"]
-                base = kernel[index] if stacked else kernel
-                if base.shape != (ab["a"].shape[0], ab["b"].shape[1]):
+                shape = kernel.shape[1:] if stacked else kernel.shape
+                if tuple(shape) != (ab["a"].shape[0], ab["b"].shape[1]):
                     raise SpecRagError(
                         f"adapter {layer_name}/{group}/{target} has shape {ab['a'].shape[0]}x"
-                        f"{ab['b'].shape[1]}, the base kernel {base.shape[0]}x{base.shape[1]}"
+                        f"{ab['b'].shape[1]}, the base kernel {shape[0]}x{shape[1]}"
                     )
-                merged = (base.astype(jnp.float32) + lora_delta(ab, scale)).astype(kernel.dtype)
-                node["kernel"] = kernel.at[index].set(merged) if stacked else merged
+                if stacked and not 0 <= index < kernel.shape[0]:
+                    raise SpecRagError(f"adapter entry {layer_name!r} is past the model's {kernel.shape[0]} layers")
+                if stacked:
+                    updates.setdefault((group, target), []).append((index, lora_delta(ab, scale)))
+                else:
+                    node["kernel"] = (kernel.astype(jnp.float32) + lora_delta(ab, scale)).astype(kernel.dtype)
+    for (group, target), deltas in updates.items():
+        node = out["layers"][group][target]
+        kernel, rows = node["kernel"], np.array([i for i, _ in deltas])
+        merged = kernel[rows].astype(jnp.float32) + jnp.stack([d for _, d in deltas])
+        node["kernel"] = kernel.at[rows].set(merged.astype(kernel.dtype))
     return out
 
 

@@ -58,6 +58,19 @@ def test_on_the_fly_equals_merged_in_either_layout(setup):
     assert merged["layers_1"]["attn"]["k"]["kernel"] is untouched
 
 
+def test_stacked_merge_of_some_layers_leaves_the_others_and_refuses_a_missing_layer(setup):
+    cfg, stacked, params, adapter, _ = setup
+    some = {"layers_1": adapter["layers_1"]}
+    merged = merge_lora(stacked, some, LORA)
+    per_layer = stack_layers(merge_lora(params, some, LORA), cfg.num_layers)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, per_layer, merged)
+    q = merged["layers"]["attn"]["q"]["kernel"]
+    np.testing.assert_array_equal(q[0], stacked["layers"]["attn"]["q"]["kernel"][0])
+    assert not np.array_equal(q[1], stacked["layers"]["attn"]["q"]["kernel"][1])
+    with pytest.raises(SpecRagError, match="'layers_9' is past the model's"):
+        merge_lora(stacked, {"layers_9": adapter["layers_1"]}, LORA)
+
+
 def _loss_fn(cfg, params, arrays):
     return jax.jit(lambda a: mean_loss(a, params, cfg, arrays, mode="lora", lora_scale=LORA.scale, max_segments=4))
 
