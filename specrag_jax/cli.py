@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.executor.step_prefetch import set_prefetch
 from specrag_jax.models.loading.registry import DEFAULT_MODEL, KNOWN_MODELS
 from specrag_jax.pipeline.holdout import add_split_options, split_rows
 from specrag_jax.pipeline.rag_cli import add_quiet, add_rag_options, build_rag, rag_config_from_args
@@ -93,7 +95,7 @@ def _generate(args: argparse.Namespace) -> int:
             from specrag_jax.models.speculative.decode import check_can_speculate
 
             check_can_speculate(model.runner, speculation, args.model)
-    from specrag_jax.compile_time import CompileClock
+    from specrag_jax.compile_time import CompileClock, background_summary
 
     progress.start("generation")
     with CompileClock() as clock:
@@ -107,7 +109,7 @@ def _generate(args: argparse.Namespace) -> int:
         f"{result.num_prompt_tokens} prompt + {len(result.token_ids)} new tokens, prefill "
         f"{result.prefill_s:.2f} s, decode {result.decode_s:.2f} s ({rate:.1f} tok/s), in all",
     )
-    progress.note(f"  of which {clock.stats.summary()}")
+    progress.note(f"  of which {clock.stats.summary()}{background_summary()}")
     spec = None
     if result.speculation is not None:
         from specrag_jax.models.speculative.decode import combine_stats
@@ -158,7 +160,7 @@ def _ask(args: argparse.Namespace) -> int:
 
     if args.method not in METHODS:
         raise SpecRagError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
-    from specrag_jax.compile_time import CompileClock
+    from specrag_jax.compile_time import CompileClock, background_summary
     from specrag_jax.machine_peaks import peaks_once
     from specrag_jax.pipeline.concurrent_answers import answer_rows
     from specrag_jax.pipeline.roofline import answer_roofline
@@ -167,7 +169,9 @@ def _ask(args: argparse.Namespace) -> int:
     rag.progress = args.progress
     with CompileClock() as clock:  # on started engines with --progressive-prefill (pipeline.concurrent_answers)
         (result,) = answer_rows(rag, [args.question], lambda pipeline, q: pipeline.answer(q, None, args.method))
-    args.progress.note(f"answer in {result.trace.get('total_s', 0.0):.2f} s, of which {clock.stats.summary()}")
+    args.progress.note(
+        f"answer in {result.trace.get('total_s', 0.0):.2f} s, of which {clock.stats.summary()}{background_summary()}"
+    )
     if args.json:
         result.trace["roofline"] = answer_roofline(rag, result.trace, args.method)  # measures this machine's peaks
         result.trace["roofline_peaks"] = peaks_once().to_dict()
@@ -300,11 +304,19 @@ def _pick_rows(args: argparse.Namespace, rows: list[dict], path) -> list[dict]:
     return rows
 
 
+PREFETCH_STEPS = 16  # stored step programs per model loaded ahead of need (step_prefetch; env overrides, 0: off)
+
+
 def enable_compilation_cache() -> None:
-    """Persist compiled XLA programs across runs (see ``xla_cache``; serve uses the same folder)."""
+    """Persist compiled XLA programs across runs (see ``xla_cache``; serve uses the same folder), and load each
+    model's recently used ones in the background while it loads (``step_prefetch``)."""
     from specrag_jax.xla_cache import enable_xla_cache
 
     enable_xla_cache()
+    value = os.environ.get("SPECRAG_PREFETCH_STEPS", "")
+    if value and not value.isdigit():
+        raise SpecRagError(f"SPECRAG_PREFETCH_STEPS must be a number of programs (0: off), got {value!r}")
+    set_prefetch(int(value) if value else PREFETCH_STEPS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -351,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.progress.fail("")
         print(f"specrag: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        set_prefetch(0)  # loading ahead belongs to this command (main may run in a longer-lived process)
     return 1
 
 

@@ -10,8 +10,10 @@ backend step. A persistent-cache hit turns the backend step into loading the sto
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
+from typing import Iterator
 
 import jax
 
@@ -56,34 +58,77 @@ class CompileStats:
 
 
 _lock = threading.Lock()
-_totals = {name: 0.0 for name in (*_DURATIONS.values(), "programs", "cache_hits")}
+_FIELDS = (*_DURATIONS.values(), "programs", "cache_hits")
+_totals = {name: 0.0 for name in _FIELDS}  # the work's own threads
+_background_totals = {name: 0.0 for name in _FIELDS}  # threads inside ``background_compiles`` (step prefetch)
+_thread = threading.local()
 _installed = [False]
 
 
+def _counts() -> dict[str, float]:
+    return _background_totals if getattr(_thread, "background", False) else _totals
+
+
 def _on_duration(event: str, duration_secs: float, **_kwargs) -> None:
-    if event in _DURATIONS:
+    if event in _DURATIONS:  # JAX calls listeners on the thread that compiles
         with _lock:
-            _totals[_DURATIONS[event]] += float(duration_secs)
-            _totals["programs"] += event == _BACKEND
+            counts = _counts()
+            counts[_DURATIONS[event]] += float(duration_secs)
+            counts["programs"] += event == _BACKEND
 
 
 def _on_event(event: str, **_kwargs) -> None:
     if event == _HITS:
         with _lock:
-            _totals["cache_hits"] += 1
+            _counts()["cache_hits"] += 1
 
 
-def compile_stats() -> CompileStats:
-    """Totals since the first call of this function (or of ``compile_seconds``) in this process."""
-    with _lock:
-        if not _installed[0]:
-            jax.monitoring.register_event_duration_secs_listener(_on_duration)
-            jax.monitoring.register_event_listener(_on_event)
-            _installed[0] = True
-        t = dict(_totals)
+def _install() -> None:
+    if not _installed[0]:
+        jax.monitoring.register_event_duration_secs_listener(_on_duration)
+        jax.monitoring.register_event_listener(_on_event)
+        _installed[0] = True
+
+
+def _stats(t: dict[str, float]) -> CompileStats:
     return CompileStats(
         t["trace_s"], t["lower_s"], t["backend_s"], t["cache_load_s"], int(t["programs"]), int(t["cache_hits"])
     )
+
+
+def compile_stats() -> CompileStats:
+    """Totals since the first call of this function (or of ``compile_seconds``) in this process, on every
+    thread but those in ``background_compiles``."""
+    with _lock:
+        _install()
+        return _stats(dict(_totals))
+
+
+def background_stats() -> CompileStats:
+    """Totals of the threads inside ``background_compiles`` (programs loaded ahead of use, overlapped)."""
+    with _lock:
+        _install()
+        return _stats(dict(_background_totals))
+
+
+def background_summary() -> str:
+    """``; 12 more loaded ahead in the background (5.1 s, overlapped)``, or "" when none were."""
+    stats = background_stats()
+    if not stats.programs:
+        return ""
+    return f"; {stats.programs} more loaded ahead in the background ({stats.total_s:.1f} s, overlapped)"
+
+
+@contextlib.contextmanager
+def background_compiles() -> Iterator[None]:
+    """Count this thread's compilation events apart (``background_stats``): work ahead of need, whose time the
+    work waiting for it sees only as waiting."""
+    _install()
+    _thread.background = True
+    try:
+        yield
+    finally:
+        _thread.background = False
 
 
 def compile_seconds() -> float:
@@ -106,4 +151,12 @@ class CompileClock:
         self.seconds = self.stats.total_s
 
 
-__all__ = ["CompileClock", "CompileStats", "compile_seconds", "compile_stats"]
+__all__ = [
+    "CompileClock",
+    "CompileStats",
+    "background_compiles",
+    "background_stats",
+    "background_summary",
+    "compile_seconds",
+    "compile_stats",
+]

@@ -20,6 +20,7 @@ from specrag_jax.models.decoder.transformer import Decoder, logits_at, unstack_l
 from specrag_jax.models.executor.packing import Chunk, PackedStep, bucket, pack_chunks
 from specrag_jax.models.executor.placement_api import StepPlacement
 from specrag_jax.models.executor.step_export import ExportedSteps, export_dir
+from specrag_jax.models.executor.step_prefetch import prefetch_limit
 from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.models.sampling.penalties import PenaltyTable
 from specrag_jax.models.sampling.sampler import SampleOut, sample_tokens
@@ -169,6 +170,10 @@ class ModelRunner:
         self.allocator = PageAllocator(num_pages)
         self.penalties = PenaltyTable(cfg.vocab_size, self.max_seq_len, self.device)  # engines reserve their slots
         self._exported: ExportedSteps | None = None
+        if prefetch_limit() and placement is None and attention_impl in ("reference", "dense"):
+            exported = self._exported_steps()  # load recently used steps while the caller goes on (step_prefetch)
+            if exported is not None:
+                exported.prefetch(prefetch_limit())
 
     # ---------------------------------------------------------------- packing
     def pack(self, chunks: Sequence[Chunk], *, token_bucket: int | None = None, min_seqs: int = 1) -> PackedStep:

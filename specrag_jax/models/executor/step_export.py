@@ -26,6 +26,8 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from specrag_jax.models.executor.step_prefetch import MISSING, AheadLoader, RecentSteps
+
 ENV = "SPECRAG_EXPORT_CACHE"
 _PACKAGES = ("models", "kernels")
 
@@ -76,7 +78,42 @@ class ExportedSteps:
         self._n_pool = len(jax.tree_util.tree_leaves(pool))
         self._pool_treedef = jax.tree_util.tree_structure(pool)
         self._fixed = hashlib.sha256(_signature(params_leaves + jax.tree_util.tree_leaves(pool)).encode()).hexdigest()
-        self._fns: dict[Any, Callable | None] = {}
+        self._sharding = getattr(params_leaves[0], "sharding", None) if params_leaves else None
+        self._names: dict[Any, str] = {}  # step key -> its file's name
+        self._fns: dict[str, Callable | None] = {}  # file name -> the jitted call (None: trace the step instead)
+        # per model (parameter and pool shapes) and code version: another version's steps are other files
+        self.recent = RecentSteps(directory / f"recent-{platform}-{self._fixed[:12]}-{code_fingerprint()[:12]}.json")
+        self._ahead = AheadLoader()
+
+    def prefetch(self, limit: int) -> None:
+        """Start loading (lowering and compiling from the persistent cache) up to ``limit`` of the stored steps
+        this model used most recently, on a background thread (``step_prefetch``)."""
+        committed = dict(self.recent.entries[:limit])
+        names = [n for n in committed if (self.directory / n).is_file()]
+        self._ahead.start(names, lambda name: self._compile_stored(name, committed[name]))
+
+    def _compile_stored(self, name: str, committed: str) -> Callable:
+        """The jitted call of a stored step, compiled for inputs placed as a call will place them (parameters and
+        pool on the device; each step input committed or not as ``committed`` says), so the call reuses it."""
+        exported = jax.export.deserialize(bytearray((self.directory / name).read_bytes()))
+        fixed = self._n_params + self._n_pool
+        if len(exported.in_avals) != fixed + len(committed):
+            raise ValueError(f"{name}: {len(exported.in_avals)} inputs, the record has {fixed + len(committed)}")
+        placed = [True] * fixed + [c == "c" for c in committed]
+        specs = [
+            jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=self._sharding if on else None)
+            for a, on in zip(exported.in_avals, placed)
+        ]
+        fn = jax.jit(exported.call, donate_argnums=self._donated())
+        fn.lower(*specs).compile()
+        return fn
+
+    def _name(self, key: Any) -> str:
+        name = self._names.get(key)
+        if name is None:
+            digest = hashlib.sha256(repr((key, self._fixed, self.platform, code_fingerprint())).encode()).hexdigest()
+            name = self._names[key] = f"{key[0]}-{digest[:32]}.jaxexport"
+        return name
 
     def call(self, kind: str, body: Callable, n_out: int, statics: dict, params: Any, pool: Any, args: tuple):
         """``body(params, pool, *args, **statics)`` -> ``(*outs, pool)``, through the stored export when possible."""
@@ -87,9 +124,15 @@ class ExportedSteps:
             arg_tree,
             tuple((np.shape(x), np.dtype(x.dtype)) for x in arg_leaves),
         )
-        if key not in self._fns:
-            self._fns[key] = self._load_or_export(key, body, statics, params, pool, args)
-        fn = self._fns[key]
+        name = self._name(key)
+        if name not in self._fns:
+            fn = self._ahead.take(name)  # loaded ahead, or MISSING (load it here)
+            if fn is MISSING or fn is None:
+                fn = self._load_or_export(name, body, statics, params, pool, args)
+            self._fns[name] = fn
+            if fn is not None:
+                self.recent.used(name, "".join("c" if getattr(x, "committed", False) else "u" for x in arg_leaves))
+        fn = self._fns[name]
         if fn is None:
             return None
         params_leaves = self._params_leaves if params is self._params else jax.tree_util.tree_leaves(params)
@@ -100,9 +143,8 @@ class ExportedSteps:
     def _donated(self) -> tuple[int, ...]:
         return tuple(range(self._n_params, self._n_params + self._n_pool))
 
-    def _load_or_export(self, key, body, statics, params, pool, args) -> Callable | None:
-        digest = hashlib.sha256(repr((key, self._fixed, self.platform, code_fingerprint())).encode()).hexdigest()
-        path = self.directory / f"{key[0]}-{digest[:32]}.jaxexport"
+    def _load_or_export(self, name, body, statics, params, pool, args) -> Callable | None:
+        path = self.directory / name
         try:
             if path.is_file():
                 exported = jax.export.deserialize(bytearray(path.read_bytes()))
@@ -116,7 +158,8 @@ class ExportedSteps:
             return jax.jit(exported.call, donate_argnums=self._donated())
         except Exception as exc:  # a missing serializer, an unexportable op, a corrupt file: trace as usual
             warnings.warn(
-                f"step {key[0]} not exported ({type(exc).__name__}: {str(exc)[:120]}); tracing it instead", stacklevel=2
+                f"step {name.split('-')[0]} not exported ({type(exc).__name__}: {str(exc)[:120]}); tracing it instead",
+                stacklevel=2,
             )
             return None
 

@@ -1,0 +1,173 @@
+"""Loading a model's stored step programs ahead of need, on a background thread, while the process loads.
+
+A new process pays for every step program it runs: lowering the stored export, then loading the compiled
+program from JAX's persistent cache (linking its kernels' object files: 0.3-2 s a program on this CPU). Those
+loads used to happen one by one on the thread that needed them, in the middle of drafting and verification.
+``RecentSteps`` remembers which stored steps a model used, in the order the last process first used them;
+``AheadLoader`` loads those on one background thread as soon as the model is placed, so they overlap weight
+loading, tokenisation and retrieval. The thread that needs a program takes it when it is ready, waits while it
+is being loaded, or loads it itself if the background thread has not reached it yet (each program is loaded
+once). The programs are the same ones, so outputs do not change; only when the time is spent does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import queue
+import threading
+import uuid
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from specrag_jax.compile_time import background_compiles
+
+KEEP = 64  # names a RecentSteps file remembers
+MISSING = object()  # ``AheadLoader.take``: not loaded ahead, the caller loads it
+_limit = [0]  # programs per model to load ahead (0: off); the CLI turns it on
+
+
+def set_prefetch(limit: int) -> None:
+    """Load up to ``limit`` recently used step programs per model ahead of need (0 turns it off)."""
+    _limit[0] = max(int(limit), 0)
+
+
+def prefetch_limit() -> int:
+    return _limit[0]
+
+
+class RecentSteps:
+    """The stored steps one model used: this process's first uses in order, then the earlier processes'. Each
+    is kept with which of its step inputs were committed to a device ("c") or not ("u"), as jit keys on that."""
+
+    def __init__(self, path: Path, keep: int = KEEP) -> None:
+        self.path, self.keep = path, keep
+        try:
+            old = json.loads(path.read_text())
+            pairs = old if isinstance(old, list) else []
+            self._old = {n: a for n, a in (p for p in pairs if _is_pair(p))}
+        except (OSError, ValueError):
+            self._old = {}
+        self._session: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def entries(self) -> list[tuple[str, str]]:
+        """(step file name, committed-ness of its step inputs), most recent first."""
+        with self._lock:
+            merged = {**self._session, **{n: a for n, a in self._old.items() if n not in self._session}}
+        return list(merged.items())
+
+    def used(self, name: str, committed: str) -> None:
+        """Record a first use in this process (written at once, atomically; a write failure is ignored)."""
+        with self._lock:
+            if name in self._session:
+                return
+            self._session[name] = committed
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps([list(e) for e in self.entries[: self.keep]]))
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+
+def _is_pair(entry: Any) -> bool:
+    return isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)
+
+
+class AheadLoader:
+    """One model's programs loaded ahead; ``take`` hands each to the thread that needs it. Every model's loads
+    go through one worker thread per process, in the order the models asked (the drafter's before the
+    verifier's), so loading ahead never takes more than one core from the work it runs beside."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._claimed: set[str] = set()
+        self._futures: dict[str, Future] = {}
+
+    def start(self, names: Sequence[str], load: Callable[[str], Any]) -> None:
+        """Queue ``names`` for ``load(name)`` on the worker thread (a failed load yields None)."""
+        with self._lock:
+            todo = [n for n in dict.fromkeys(names) if n not in self._claimed and n not in self._futures]
+            for name in todo:
+                self._futures[name] = Future()
+        for name in todo:
+            _WORKER.put(functools.partial(self._load, name, load))
+
+    def _load(self, name: str, load: Callable[[str], Any]) -> None:
+        with self._lock:
+            if name in self._claimed:
+                return
+            self._claimed.add(name)
+        try:
+            result = load(name)
+        except Exception:  # the thread that needs it loads it again and reports the failure
+            result = None
+        self._futures[name].set_result(result)
+
+    def take(self, name: str) -> Any:
+        """The program loaded ahead (None if that failed), waiting while it loads; ``MISSING`` when the worker has
+        not started it (it then never will: the caller loads it)."""
+        with self._lock:
+            if name not in self._claimed:
+                self._claimed.add(name)
+                return MISSING
+            future = self._futures.get(name)
+        return MISSING if future is None else future.result()
+
+
+class _Worker:
+    """The process's one background thread for loads ahead (a daemon, stopped before the interpreter exits)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def put(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="specrag-step-prefetch", daemon=True)
+                self._thread.start()
+                atexit.register(self.stop)  # never tear the interpreter down under a thread inside XLA
+        self._jobs.put(job)
+
+    def _run(self) -> None:
+        with background_compiles():
+            while (job := self._jobs.get()) is not None:
+                if not self._stopped:
+                    job()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every load queued so far has run (True) or ``timeout`` seconds pass (False)."""
+        with self._lock:
+            if self._thread is None or self._stopped:
+                return True
+        done = threading.Event()
+        self._jobs.put(done.set)
+        return done.wait(timeout)
+
+    def stop(self) -> None:
+        """Start nothing more and wait for the load under way."""
+        with self._lock:
+            self._stopped = True
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            self._jobs.put(None)
+            thread.join()
+
+
+_WORKER = _Worker()
+
+
+def wait_for_loads(timeout: float | None = None) -> bool:
+    """Wait until every load ahead queued so far has run (benchmarks and tests; False on timeout)."""
+    return _WORKER.drain(timeout)

@@ -1,0 +1,101 @@
+"""Stored steps loaded ahead of need: the same outputs, nothing compiled on the caller's thread, each program
+loaded once whether the worker or the caller gets to it first, and the record of recent steps."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from specrag_jax.cli import main
+from specrag_jax.compile_time import CompileClock, background_stats
+from specrag_jax.models.config import tiny_config
+from specrag_jax.models.decoder.transformer import init_params
+from specrag_jax.models.executor import step_export, step_prefetch
+from specrag_jax.models.executor.runner import ModelRunner
+from specrag_jax.models.executor.step_prefetch import MISSING, AheadLoader, RecentSteps, wait_for_loads
+from specrag_jax.models.generation import greedy_generate
+
+PROMPTS = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12]]
+
+
+def runner() -> ModelRunner:
+    cfg = tiny_config("llama")
+    return ModelRunner(cfg, init_params(cfg), num_pages=32, page_size=4, max_seq_len=64)
+
+
+@pytest.fixture
+def prefetch_on():
+    step_prefetch.set_prefetch(16)
+    yield
+    step_prefetch.set_prefetch(0)
+
+
+def test_a_new_runner_loads_the_recent_steps_ahead_and_its_caller_compiles_none(tmp_path, monkeypatch, prefetch_on):
+    monkeypatch.setenv(step_export.ENV, str(tmp_path))
+    step_prefetch.set_prefetch(0)
+    want = greedy_generate(runner(), PROMPTS, 5)  # "the last process": exports its steps and records them
+    (record,) = tmp_path.glob("recent-*.json")
+    entries = json.loads(record.read_text())
+    assert entries and all((tmp_path / name).is_file() and set(committed) <= {"c", "u"} for name, committed in entries)
+    step_prefetch.set_prefetch(16)
+    before = background_stats().programs
+    ours = runner()  # starts loading the recorded steps on the worker thread
+    exported = ours._exported
+    assert exported is not None
+    assert wait_for_loads(120)
+    for name, _ in entries:
+        assert exported._ahead.take(name) not in (None, MISSING)  # every recorded step was loaded ahead
+    assert background_stats().programs - before >= len(entries)
+    with CompileClock() as clock:
+        assert greedy_generate(ours, PROMPTS, 5) == want
+    assert clock.stats.programs == 0  # the caller reused what the worker compiled
+
+
+def test_each_program_is_loaded_once_by_whoever_starts_it():
+    loads, started, gate = [], threading.Event(), threading.Event()
+
+    def load(name: str) -> str:
+        if name == "slow":
+            started.set()
+            gate.wait(30)
+        if name == "bad":
+            raise ValueError("corrupt")
+        loads.append(name)
+        return f"program {name}"
+
+    ahead = AheadLoader()
+    ahead.start(["slow", "later", "bad"], load)
+    assert started.wait(30)
+    assert ahead.take("later") is MISSING  # the worker is still on "slow": the caller loads "later" itself
+    gate.set()
+    assert ahead.take("slow") == "program slow"  # waits for the worker
+    assert ahead.take("bad") is None  # the worker's load failed: the caller loads it and reports the failure
+    assert ahead.take("never queued") is MISSING
+    assert loads == ["slow"]  # "later" was left to its caller, never loaded twice
+
+
+def test_recent_steps_put_this_process_first_and_survive_a_bad_record(tmp_path):
+    path = tmp_path / "recent.json"
+    path.write_text("{not json")
+    first = RecentSteps(path, keep=3)
+    assert first.entries == []
+    first.used("a", "uc")
+    first.used("b", "u")
+    first.used("a", "uc")
+    assert json.loads(path.read_text()) == [["a", "uc"], ["b", "u"]]
+    second = RecentSteps(path, keep=3)
+    second.used("c", "")
+    second.used("b", "u")
+    second.used("d", "c")
+    assert second.entries == [("c", ""), ("b", "u"), ("d", "c"), ("a", "uc")]
+    assert json.loads(path.read_text()) == [["c", ""], ["b", "u"], ["d", "c"]]  # the newest ``keep``
+
+
+def test_a_bad_prefetch_setting_is_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("SPECRAG_PREFETCH_STEPS", "many")
+    assert main(["generate", "--model", "tiny:llama", "--prompt", "hi", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "specrag: error: SPECRAG_PREFETCH_STEPS must be a number of programs (0: off), got 'many'"
+    assert step_prefetch.prefetch_limit() == 0  # the command's setting ends with it
