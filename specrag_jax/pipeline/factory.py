@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from specrag_jax.adapters import default_adapter
@@ -96,17 +97,26 @@ def build_specrag(
         r: pool_pages(b, max_seq_len, extra) if role == r else None
         for r, b in (("drafter", max(config.m, 1)), ("verifier", 2))
     }
-    drafter_model = TextModel.load(
-        drafter,
-        max_seq_len=max_seq_len,
-        max_batch=max(config.m, 1),
-        num_pages=pages["drafter"],
-        placement=drafter_placement,
-        transform_params=drafter_transform,
-    )
-    verifier_model = TextModel.load(
-        verifier, max_seq_len=max_seq_len, max_batch=2, num_pages=pages["verifier"], placement=verifier_placement
-    )
+    # The two models load on two threads: a first run assembles and converts the verifier while the drafter
+    # converts and merges its adapter; later runs overlap the adapter merge and both tokenizers.
+    with ThreadPoolExecutor(2, thread_name_prefix="specrag-load") as pool:
+        verifier_future = pool.submit(
+            TextModel.load,
+            verifier,
+            max_seq_len=max_seq_len,
+            max_batch=2,
+            num_pages=pages["verifier"],
+            placement=verifier_placement,
+        )
+        drafter_model = TextModel.load(
+            drafter,
+            max_seq_len=max_seq_len,
+            max_batch=max(config.m, 1),
+            num_pages=pages["drafter"],
+            placement=drafter_placement,
+            transform_params=drafter_transform,
+        )
+        verifier_model = verifier_future.result()
     if corpus is None or isinstance(corpus, (str, os.PathLike)):
         docs = default_corpus() if corpus is None else load_corpus(corpus)
     else:

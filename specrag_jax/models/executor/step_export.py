@@ -88,9 +88,9 @@ class ExportedSteps:
     def prefetch(self, limit: int) -> None:
         """Start loading (lowering and compiling from the persistent cache) up to ``limit`` of the stored steps
         this model used most recently, on a background thread (``step_prefetch``)."""
-        committed = dict(self.recent.entries[:limit])
-        names = [n for n in committed if (self.directory / n).is_file()]
-        self._ahead.start(names, lambda name: self._compile_stored(name, committed[name]))
+        entries = [e for e in self.recent.entries[:limit] if (self.directory / e[0]).is_file()]
+        committed = {name: placed for name, placed, _ in entries}
+        self._ahead.start([(name, at) for name, _, at in entries], lambda n: self._compile_stored(n, committed[n]))
 
     def _compile_stored(self, name: str, committed: str) -> Callable:
         """The jitted call of a stored step, compiled for inputs placed as a call will place them (parameters and

@@ -38,14 +38,14 @@ def test_a_new_runner_loads_the_recent_steps_ahead_and_its_caller_compiles_none(
     want = greedy_generate(runner(), PROMPTS, 5)  # "the last process": exports its steps and records them
     (record,) = tmp_path.glob("recent-*.json")
     entries = json.loads(record.read_text())
-    assert entries and all((tmp_path / name).is_file() and set(committed) <= {"c", "u"} for name, committed in entries)
+    assert entries and all((tmp_path / n).is_file() and set(placed) <= {"c", "u"} for n, placed, _ in entries)
     step_prefetch.set_prefetch(16)
     before = background_stats().programs
     ours = runner()  # starts loading the recorded steps on the worker thread
     exported = ours._exported
     assert exported is not None
     assert wait_for_loads(120)
-    for name, _ in entries:
+    for name, _, _ in entries:
         assert exported._ahead.take(name) not in (None, MISSING)  # every recorded step was loaded ahead
     assert background_stats().programs - before >= len(entries)
     with CompileClock() as clock:
@@ -66,7 +66,7 @@ def test_each_program_is_loaded_once_by_whoever_starts_it():
         return f"program {name}"
 
     ahead = AheadLoader()
-    ahead.start(["slow", "later", "bad"], load)
+    ahead.start([("slow", 0.0), ("later", 1.0), ("bad", 2.0)], load)
     assert started.wait(30)
     assert ahead.take("later") is MISSING  # the worker is still on "slow": the caller loads "later" itself
     gate.set()
@@ -84,13 +84,37 @@ def test_recent_steps_put_this_process_first_and_survive_a_bad_record(tmp_path):
     first.used("a", "uc")
     first.used("b", "u")
     first.used("a", "uc")
-    assert json.loads(path.read_text()) == [["a", "uc"], ["b", "u"]]
+    assert [e[:2] for e in json.loads(path.read_text())] == [["a", "uc"], ["b", "u"]]
+    at = [e[2] for e in first.entries]
+    assert 0 <= at[0] <= at[1]  # seconds into the process, in order of first use
+    path.write_text(json.dumps(json.loads(path.read_text()) + [["old format", "u"], [1, 2, 3]]))
     second = RecentSteps(path, keep=3)
+    assert [e[0] for e in second.entries] == ["a", "b"]  # malformed rows are dropped
     second.used("c", "")
     second.used("b", "u")
     second.used("d", "c")
-    assert second.entries == [("c", ""), ("b", "u"), ("d", "c"), ("a", "uc")]
-    assert json.loads(path.read_text()) == [["c", ""], ["b", "u"], ["d", "c"]]  # the newest ``keep``
+    assert [e[:2] for e in second.entries] == [("c", ""), ("b", "u"), ("d", "c"), ("a", "uc")]
+    assert [e[0] for e in json.loads(path.read_text())] == ["c", "b", "d"]  # the newest ``keep``
+
+
+def test_the_worker_loads_the_soonest_needed_first_whichever_model_asked_first():
+    order, started, gate = [], threading.Event(), threading.Event()
+
+    def load(name: str) -> str:
+        if name == "blocker":
+            started.set()
+            gate.wait(30)
+        order.append(name)
+        return name
+
+    first, second = AheadLoader(), AheadLoader()
+    first.start([("blocker", -1.0)], load)
+    assert started.wait(30)
+    first.start([("verifier step", 9.0), ("verifier prefill", 5.0)], load)
+    second.start([("drafter prefill", 1.0), ("drafter decode", 2.0)], load)  # registered later, needed sooner
+    gate.set()
+    assert wait_for_loads(30)
+    assert order == ["blocker", "drafter prefill", "drafter decode", "verifier prefill", "verifier step"]
 
 
 def test_a_bad_prefetch_setting_is_one_line(capsys, monkeypatch):
