@@ -160,7 +160,7 @@ def _ask(args: argparse.Namespace) -> int:
 
     if args.method not in METHODS:
         raise SpecRagError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
-    from specrag_jax.compile_time import CompileClock, background_summary
+    from specrag_jax.compile_time import CompileClock, background_stats, background_summary
     from specrag_jax.machine_peaks import peaks_once
     from specrag_jax.pipeline.concurrent_answers import answer_rows
     from specrag_jax.pipeline.roofline import answer_roofline
@@ -173,6 +173,8 @@ def _ask(args: argparse.Namespace) -> int:
         f"answer in {result.trace.get('total_s', 0.0):.2f} s, of which {clock.stats.summary()}{background_summary()}"
     )
     if args.json:
+        ahead = background_stats()  # programs loaded ahead of need on the background thread (step_prefetch)
+        result.trace["xla_background"] = {"seconds": round(ahead.total_s, 3), "programs": ahead.programs}
         result.trace["roofline"] = answer_roofline(rag, result.trace, args.method)  # measures this machine's peaks
         result.trace["roofline_peaks"] = peaks_once().to_dict()
         print(json.dumps(result.to_dict()))
