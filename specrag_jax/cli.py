@@ -9,7 +9,6 @@ import sys
 from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.executor.step_prefetch import set_prefetch
 from specrag_jax.models.loading.registry import DEFAULT_MODEL, KNOWN_MODELS
 from specrag_jax.pipeline.holdout import add_split_options, split_rows
 from specrag_jax.pipeline.rag_cli import add_quiet, add_rag_options, build_rag, rag_config_from_args
@@ -312,6 +311,7 @@ PREFETCH_STEPS = 16  # stored step programs per model loaded ahead of need (step
 def enable_compilation_cache() -> None:
     """Persist compiled XLA programs across runs (see ``xla_cache``; serve uses the same folder), and load each
     model's recently used ones in the background while it loads (``step_prefetch``)."""
+    from specrag_jax.models.executor.step_prefetch import set_prefetch  # imports JAX: not at CLI start-up
     from specrag_jax.xla_cache import enable_xla_cache
 
     enable_xla_cache()
@@ -365,8 +365,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.progress.fail("")
         print(f"specrag: error: {exc}", file=sys.stderr)
         return 2
-    finally:
-        set_prefetch(0)  # loading ahead belongs to this command (main may run in a longer-lived process)
+    finally:  # loading ahead belongs to this command (main may run in a longer-lived process)
+        prefetch = sys.modules.get("specrag_jax.models.executor.step_prefetch")
+        if prefetch is not None:
+            prefetch.set_prefetch(0)
     return 1
 
 
