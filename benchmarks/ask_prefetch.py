@@ -14,34 +14,21 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import run_header, write_results
+from benchmarks.common import alternate_off_on, run_header, write_results
+from benchmarks.one_core import ROOT, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "How do I leave a loop early in Python?"
-ORDER = ("off", "on", "on", "off")
 
 
 def ask(prefetch: bool, question: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECRAG_PREFETCH_STEPS": "" if prefetch else "0"}
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "specrag_jax.cli", "ask", question, "--json", "-q"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - t0
-    if done.returncode:
-        raise SystemExit(f"specrag ask failed:\n{done.stderr[-2000:]}")
-    res = json.loads(done.stdout.strip().splitlines()[-1])
+    os.environ["SPECRAG_PREFETCH_STEPS"] = "" if prefetch else "0"  # run_cli passes this process's environment on
+    out, wall = run_cli(ROOT, ["ask", question, "--json", "-q"])
+    res = json.loads(out.strip().splitlines()[-1])
     trace = res["trace"]
     return {
         "answer": res["answer"],
@@ -63,11 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="timed asks per side after the warm-ups (off, on, on, off..)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    order = [ORDER[i % 4] for i in range(2 * args.rounds)]
-    warm = {side: ask(side == "on", args.question) for side in ("off", "on")}
-    runs: dict[str, list[dict]] = {"off": [], "on": []}
-    for side in order:
-        runs[side].append(ask(side == "on", args.question))
+    warm, order, runs = alternate_off_on(lambda on: ask(on, args.question), args.rounds)
     every = [r for side in runs for r in runs[side]] + list(warm.values())
     same = all((r["answer"], r["drafts"]) == (every[0]["answer"], every[0]["drafts"]) for r in every)
     keys = ("process_s", "total_s", "xla_answer_thread_s", "xla_background_s")

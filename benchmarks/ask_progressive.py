@@ -20,11 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import run_header, write_results
+from benchmarks.common import alternate_off_on, run_header, write_results
 from benchmarks.one_core import ROOT, run_cli
 
 QUESTION = "How do I leave a loop early in Python?"
-ORDER = ("off", "on", "on", "off")
 
 
 def ask(store: str, progressive: bool, question: str) -> dict:
@@ -49,12 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="timed asks per side after the warm-ups (off, on, on, off..)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    order = [ORDER[i % 4] for i in range(2 * args.rounds)]
-    runs: dict[str, list[dict]] = {"off": [], "on": []}
     with tempfile.TemporaryDirectory() as store:
-        warm = {side: ask(store, side == "on", args.question) for side in ("off", "on")}
-        for side in order:
-            runs[side].append(ask(store, side == "on", args.question))
+        warm, order, runs = alternate_off_on(lambda on: ask(store, on, args.question), args.rounds)
     every = [r for side in runs for r in runs[side]] + list(warm.values())
     outputs = [(r["answer"], r["documents"], r["drafts"]) for r in every]
     same = all(o == outputs[0] for o in outputs)

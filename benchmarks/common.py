@@ -300,3 +300,17 @@ def write_results(path: str | Path, payload: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(portable(payload), indent=2) + "\n")
     return path
+
+
+ALTERNATION = ("off", "on", "on", "off")
+
+
+def alternate_off_on(run, rounds: int) -> tuple[dict[str, dict], list[str], dict[str, list[dict]]]:
+    """An A/B of one switch in new processes: ``run(on)`` once per side untimed (warm-up), then ``rounds`` timed
+    runs per side in the order off, on, on, off, ... Returns (warm-up per side, the timed order, runs per side)."""
+    order = [ALTERNATION[i % 4] for i in range(2 * rounds)]
+    warm = {side: run(side == "on") for side in ("off", "on")}
+    runs: dict[str, list[dict]] = {"off": [], "on": []}
+    for side in order:
+        runs[side].append(run(side == "on"))
+    return warm, order, runs

@@ -53,17 +53,26 @@ def test_a_new_runner_loads_the_recent_steps_ahead_and_its_caller_compiles_none(
     assert clock.stats.programs == 0  # the caller reused what the worker compiled
 
 
-def test_each_program_is_loaded_once_by_whoever_starts_it():
-    loads, started, gate = [], threading.Event(), threading.Event()
+def gated_loader(blocker: str, loads: list[str], result=lambda name: name):
+    """``load(name)`` recording what it loaded; loading ``blocker`` sets ``started`` and waits for ``gate``; "bad"
+    fails. Returns (load, started, gate)."""
+    started, gate = threading.Event(), threading.Event()
 
-    def load(name: str) -> str:
-        if name == "slow":
+    def load(name: str):
+        if name == blocker:
             started.set()
             gate.wait(30)
         if name == "bad":
             raise ValueError("corrupt")
         loads.append(name)
-        return f"program {name}"
+        return result(name)
+
+    return load, started, gate
+
+
+def test_each_program_is_loaded_once_by_whoever_starts_it():
+    loads: list[str] = []
+    load, started, gate = gated_loader("slow", loads, lambda name: f"program {name}")
 
     ahead = AheadLoader()
     ahead.start([("slow", 0.0), ("later", 1.0), ("bad", 2.0)], load)
@@ -98,14 +107,8 @@ def test_recent_steps_put_this_process_first_and_survive_a_bad_record(tmp_path):
 
 
 def test_the_worker_loads_the_soonest_needed_first_whichever_model_asked_first():
-    order, started, gate = [], threading.Event(), threading.Event()
-
-    def load(name: str) -> str:
-        if name == "blocker":
-            started.set()
-            gate.wait(30)
-        order.append(name)
-        return name
+    order: list[str] = []
+    load, started, gate = gated_loader("blocker", order)
 
     first, second = AheadLoader(), AheadLoader()
     first.start([("blocker", -1.0)], load)
