@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from specrag_jax.host_memory import status_mib
 from specrag_jax.machine_peaks import best_time
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -108,19 +109,9 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def _status_mb(field: str) -> float | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return None
-
-
 def current_rss_mb() -> float | None:
     """Current resident set size of this process in MiB (VmRSS)."""
-    return _status_mb("VmRSS")
+    return status_mib("VmRSS")
 
 
 def reset_peak_rss() -> bool:
@@ -134,7 +125,7 @@ def reset_peak_rss() -> bool:
 
 def peak_rss_since_reset_mb() -> float | None:
     """RSS high-water mark (VmHWM) in MiB since the last ``reset_peak_rss`` (or process start)."""
-    return _status_mb("VmHWM")
+    return status_mib("VmHWM")
 
 
 class RssPhases:

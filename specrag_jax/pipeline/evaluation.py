@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.host_memory import release_free_heap, status_mib
 from specrag_jax.machine_peaks import peaks_once
+from specrag_jax.models.executor.step_export import held_programs
 from specrag_jax.pipeline.closed_set import from_row
 from specrag_jax.pipeline.concurrent_answers import answer_rows
 from specrag_jax.pipeline.datasets import score_answer
@@ -38,6 +40,7 @@ from specrag_jax.retrieval import docs_from_context
 from specrag_jax.retrieval.corpus import iter_json_lines
 from specrag_jax.retrieval.pooling import own_passage_recall, own_passages, passage_key
 
+EVAL_HELD_PROGRAMS = 24  # compiled step programs kept per model while an eval runs (``step_export.held_programs``)
 TOKEN_KEYS = (
     "drafter_prefill_tokens",
     "drafter_decode_tokens",
@@ -157,60 +160,63 @@ def evaluate(
         return answers
 
     answered = answer_rows(rag, rows, answer, concurrency)
-    for row, answers in zip(tqdm(rows, desc="questions", disable=not progress, unit="q"), answered):
-        for method, result in answers.items():
-            a = acc[method]
-            recall = None
-            if keys is not None and method != "closed_book":
-                used = [keys.get(str(i), "") for i in result.trace.get("documents", [])]
-                recall = own_passage_recall(own_passages(row), used)
-                if recall is not None:
-                    a["recall"].append(recall)
-            if "rerank" in result.trace:
-                a["rerank"].append(result.trace["rerank"])
-            ok = score_answer(row, result.answer)  # is_correct, or the exact label for closed-set tasks
-            total, compile_s = float(result.trace["total_s"]), float(result.trace.get("compile_s", 0.0))
-            a["correct"].append(ok)
-            a["wall"].append(total)
-            a["latency"].append(max(total - compile_s, 0.0))
-            a["compile"] += compile_s
-            a["by_source"].setdefault(row.get("data_source", "unknown"), []).append(ok)
-            for k in TOKEN_KEYS:
-                a["tokens"][k] += int(result.trace.get(k, 0))
-            stages = stage_seconds(result.trace)
-            if compile_s <= ROOFLINE_MAX_COMPILE_SHARE * total:  # a compiling stage is not judged by its bound
-                a["roofline"].append(roofline(result.trace, *costs, method, peaks_once()))
-            if "speculation" in result.trace:
-                a["speculation"].append(result.trace["speculation"])
-            for k, v in stages.items():
-                a["stages"].setdefault(k, []).append(v)
-            predictions.append(
-                {
-                    "method": method,
-                    "question_id": row.get("question_id"),
-                    "data_source": row.get("data_source"),
-                    "answer": result.answer,
-                    "correct": ok,
-                    "latency_s": a["latency"][-1],
-                    "compile_s": compile_s,
-                    "stages_s": stages,
-                    "confidence": result.trace.get("confidence"),
-                    "consensus": bool(result.trace.get("consensus", False)),
-                    "path": result.trace.get("path"),
-                    "chosen_draft": result.trace.get("chosen_draft"),
-                    "speculation": result.trace.get("speculation"),
-                    "verifier_decode_s": result.trace.get("verifier_decode_s"),
-                    "documents": result.trace.get("documents"),
-                    "recall_own_passages": recall,
-                    "rerank": result.trace.get("rerank"),
-                    "drafts": [d.to_dict() for d in result.drafts],
-                }
-            )
-            if method == "speculative":
-                verified.append((result.drafts, row))
-                predictions[-1]["selections"] = selection_picks(result.drafts, from_row(row) is not None)
-                predictions[-1][SCORED_AFTER] = result.trace.get(SCORED_AFTER, {})
-                paths.append((result.trace.get("path"), ok))
+    released = 0.0
+    with held_programs(EVAL_HELD_PROGRAMS):  # a long run's memory stays bounded (``step_export``)
+        for row, answers in zip(tqdm(rows, desc="questions", disable=not progress, unit="q"), answered):
+            for method, result in answers.items():
+                a = acc[method]
+                recall = None
+                if keys is not None and method != "closed_book":
+                    used = [keys.get(str(i), "") for i in result.trace.get("documents", [])]
+                    recall = own_passage_recall(own_passages(row), used)
+                    if recall is not None:
+                        a["recall"].append(recall)
+                if "rerank" in result.trace:
+                    a["rerank"].append(result.trace["rerank"])
+                ok = score_answer(row, result.answer)  # is_correct, or the exact label for closed-set tasks
+                total, compile_s = float(result.trace["total_s"]), float(result.trace.get("compile_s", 0.0))
+                a["correct"].append(ok)
+                a["wall"].append(total)
+                a["latency"].append(max(total - compile_s, 0.0))
+                a["compile"] += compile_s
+                a["by_source"].setdefault(row.get("data_source", "unknown"), []).append(ok)
+                for k in TOKEN_KEYS:
+                    a["tokens"][k] += int(result.trace.get(k, 0))
+                stages = stage_seconds(result.trace)
+                if compile_s <= ROOFLINE_MAX_COMPILE_SHARE * total:  # a compiling stage is not judged by its bound
+                    a["roofline"].append(roofline(result.trace, *costs, method, peaks_once()))
+                if "speculation" in result.trace:
+                    a["speculation"].append(result.trace["speculation"])
+                for k, v in stages.items():
+                    a["stages"].setdefault(k, []).append(v)
+                predictions.append(
+                    {
+                        "method": method,
+                        "question_id": row.get("question_id"),
+                        "data_source": row.get("data_source"),
+                        "answer": result.answer,
+                        "correct": ok,
+                        "latency_s": a["latency"][-1],
+                        "compile_s": compile_s,
+                        "stages_s": stages,
+                        "confidence": result.trace.get("confidence"),
+                        "consensus": bool(result.trace.get("consensus", False)),
+                        "path": result.trace.get("path"),
+                        "chosen_draft": result.trace.get("chosen_draft"),
+                        "speculation": result.trace.get("speculation"),
+                        "verifier_decode_s": result.trace.get("verifier_decode_s"),
+                        "documents": result.trace.get("documents"),
+                        "recall_own_passages": recall,
+                        "rerank": result.trace.get("rerank"),
+                        "drafts": [d.to_dict() for d in result.drafts],
+                    }
+                )
+                if method == "speculative":
+                    verified.append((result.drafts, row))
+                    predictions[-1]["selections"] = selection_picks(result.drafts, from_row(row) is not None)
+                    predictions[-1][SCORED_AFTER] = result.trace.get(SCORED_AFTER, {})
+                    paths.append((result.trace.get("path"), ok))
+            released += release_free_heap() or 0.0  # the question's freed host buffers go back to the OS
     out: dict[str, Any] = {"methods": {}, "predictions": predictions}
     for method, a in acc.items():
         tokens = a["tokens"]
@@ -235,6 +241,11 @@ def evaluate(
         for stage, row in out["methods"][method]["roofline"].items():  # first method listed names a shared stage
             out.setdefault("roofline", {}).setdefault(stage, {**row, "method": method})
     out["roofline_peaks"] = peaks_once().to_dict()
+    out["host_memory"] = {
+        "peak_rss_mib": status_mib("VmHWM"),
+        "rss_mib": status_mib("VmRSS"),
+        "heap_released_mib": round(released, 1),
+    }
     if verified:
         out["ablations"] = score_ablations(verified)
         out["selection"] = selection_accuracy(verified, [p["selections"] for p in predictions if "selections" in p])

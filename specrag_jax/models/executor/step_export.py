@@ -15,21 +15,25 @@ the Pallas kernels are not exported (their TPU/Triton custom calls would need ex
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import uuid
 import warnings
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
 
+from specrag_jax.errors import SpecRagError
 from specrag_jax.models.executor.step_prefetch import MISSING, AheadLoader, RecentSteps
 
 ENV = "SPECRAG_EXPORT_CACHE"
 _PACKAGES = ("models", "kernels")
+_held: list[int | None] = [None]  # compiled programs kept per model (``set_held_programs``)
 
 
 def export_dir() -> Path | None:
@@ -66,6 +70,25 @@ def _signature(leaves: list[Any]) -> str:
     return ";".join(f"{np.dtype(x.dtype).name}{tuple(np.shape(x))}" for x in leaves)
 
 
+@contextlib.contextmanager
+def held_programs(limit: int | None) -> Iterator[None]:
+    """Within the block, keep at most ``limit`` compiled step programs per model in memory (None: every program
+    used, the default outside).
+
+    An unrolled-layer step program holds about 80 MB of machine code and buffers on this CPU (measured: 25
+    programs of the default pair, 2.0 GB), and a long offline run meets a new token bucket every few questions,
+    so an eval over 100 questions grew to 22.6 GB. With a limit the least recently used program is dropped and,
+    if needed again, loaded again from JAX's persistent cache (0.3-2 s, counted as compile time), not
+    compiled. A server keeps the default: its warm-up compiles exactly the programs it will run."""
+    if limit is not None and limit < 1:
+        raise SpecRagError(f"held step programs must be at least 1, got {limit}")
+    before, _held[0] = _held[0], limit
+    try:
+        yield
+    finally:
+        _held[0] = before
+
+
 class ExportedSteps:
     """One runner's steps, each exported once and called through a jit with the pool donated."""
 
@@ -80,7 +103,8 @@ class ExportedSteps:
         self._fixed = hashlib.sha256(_signature(params_leaves + jax.tree_util.tree_leaves(pool)).encode()).hexdigest()
         self._sharding = getattr(params_leaves[0], "sharding", None) if params_leaves else None
         self._names: dict[Any, str] = {}  # step key -> its file's name
-        self._fns: dict[str, Callable | None] = {}  # file name -> the jitted call (None: trace the step instead)
+        # file name -> the jitted call (None: trace the step instead), least recently used first
+        self._fns: OrderedDict[str, Callable | None] = OrderedDict()
         # per model (parameter and pool shapes) and code version: another version's steps are other files
         self.recent = RecentSteps(directory / f"recent-{platform}-{self._fixed[:12]}-{code_fingerprint()[:12]}.json")
         self._ahead = AheadLoader()
@@ -125,20 +149,31 @@ class ExportedSteps:
             tuple((np.shape(x), np.dtype(x.dtype)) for x in arg_leaves),
         )
         name = self._name(key)
-        if name not in self._fns:
+        fn = self._fns.get(name, MISSING)
+        if fn is MISSING:
             fn = self._ahead.take(name)  # loaded ahead, or MISSING (load it here)
             if fn is MISSING or fn is None:
                 fn = self._load_or_export(name, body, statics, params, pool, args)
             self._fns[name] = fn
             if fn is not None:
                 self.recent.used(name, "".join("c" if getattr(x, "committed", False) else "u" for x in arg_leaves))
-        fn = self._fns[name]
+            self._drop_least_recent()
+        elif _held[0] is not None:
+            self._fns[name] = self._fns.pop(name, fn)  # now the most recently used
         if fn is None:
             return None
         params_leaves = self._params_leaves if params is self._params else jax.tree_util.tree_leaves(params)
         leaves = params_leaves + jax.tree_util.tree_leaves(pool) + arg_leaves
         out = fn(*leaves)
         return (*out[:n_out], jax.tree_util.tree_unflatten(self._pool_treedef, list(out[n_out:])))
+
+    def _drop_least_recent(self) -> None:
+        """Free the least recently used programs beyond ``held_programs``'s limit (loaded again if needed)."""
+        while _held[0] is not None and len(self._fns) > _held[0]:
+            try:
+                self._fns.popitem(last=False)
+            except KeyError:  # another thread emptied it meanwhile
+                return
 
     def _donated(self) -> tuple[int, ...]:
         return tuple(range(self._n_params, self._n_params + self._n_pool))

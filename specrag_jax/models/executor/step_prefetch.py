@@ -124,12 +124,13 @@ class AheadLoader:
 
     def take(self, name: str) -> Any:
         """The program loaded ahead (None if that failed), waiting while it loads; ``MISSING`` when the worker has
-        not started it (it then never will: the caller loads it)."""
+        not started it (it then never will: the caller loads it). Handed over once: the loader keeps no reference,
+        so a program its caller drops is freed, and a later ``take`` of it is ``MISSING``."""
         with self._lock:
             if name not in self._claimed:
                 self._claimed.add(name)
                 return MISSING
-            future = self._futures.get(name)
+            future = self._futures.pop(name, None)
         return MISSING if future is None else future.result()
 
 

@@ -6,6 +6,8 @@ import jax
 import numpy as np
 import pytest
 
+from specrag_jax.compile_time import CompileClock
+from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import tiny_config
 from specrag_jax.models.decoder.transformer import init_params
 from specrag_jax.models.executor import step_export
@@ -86,3 +88,25 @@ def test_fingerprint_hashes_every_subpackage():
         "kernels/reference.py",
     ):
         assert expected in names, expected
+
+
+def test_held_programs_bounds_the_programs_kept_and_tokens_do_not_change(tmp_path, monkeypatch):
+    prompts = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12]]
+    monkeypatch.setenv(step_export.ENV, str(tmp_path / "exported"))
+    unbounded = runner("llama")
+    want = greedy_generate(unbounded, prompts, 6)
+    used = len(unbounded._exported._fns)
+    assert used >= 2  # a prefill and a decode shape: more programs than the limit below
+    with step_export.held_programs(1):
+        ours = runner("llama")
+        for _ in range(2):  # the second round reloads the programs the first one dropped
+            with CompileClock() as clock:
+                assert greedy_generate(ours, prompts, 6) == want
+            assert len(ours._exported._fns) == 1
+            assert clock.stats.programs >= used  # each dropped program was loaded again when needed
+    assert step_export._held == [None]  # restored after the block
+    with step_export.held_programs(2):
+        with pytest.raises(SpecRagError, match="at least 1"):
+            with step_export.held_programs(0):
+                pass
+        assert step_export._held == [2]

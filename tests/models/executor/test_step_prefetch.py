@@ -3,8 +3,10 @@ loaded once whether the worker or the caller gets to it first, and the record of
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
+import weakref
 
 import pytest
 
@@ -46,7 +48,7 @@ def test_a_new_runner_loads_the_recent_steps_ahead_and_its_caller_compiles_none(
     assert exported is not None
     assert wait_for_loads(120)
     for name, _, _ in entries:
-        assert exported._ahead.take(name) not in (None, MISSING)  # every recorded step was loaded ahead
+        assert exported._ahead._futures[name].result() not in (None, MISSING)  # every recorded step loaded ahead
     assert background_stats().programs - before >= len(entries)
     with CompileClock() as clock:
         assert greedy_generate(ours, PROMPTS, 5) == want
@@ -83,6 +85,21 @@ def test_each_program_is_loaded_once_by_whoever_starts_it():
     assert ahead.take("bad") is None  # the worker's load failed: the caller loads it and reports the failure
     assert ahead.take("never queued") is MISSING
     assert loads == ["slow"]  # "later" was left to its caller, never loaded twice
+    assert ahead.take("slow") is MISSING  # handed over once: the loader keeps no reference to it
+
+
+def test_a_handed_over_program_is_freed_with_its_caller():
+    class Program:
+        pass
+
+    loads: list[str] = []
+    load, _, gate = gated_loader("none", loads, lambda name: Program())
+    ahead = AheadLoader()
+    ahead.start([("p", 0.0)], load)
+    assert wait_for_loads(30)
+    program = weakref.ref(ahead.take("p"))
+    gc.collect()
+    assert program() is None  # nothing but the caller held it
 
 
 def test_recent_steps_put_this_process_first_and_survive_a_bad_record(tmp_path):
