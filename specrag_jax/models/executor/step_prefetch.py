@@ -116,11 +116,14 @@ class AheadLoader:
             if name in self._claimed:
                 return
             self._claimed.add(name)
+            future = self._futures[name]  # ``take`` may hand it over (and drop it here) while this loads
+        result = None
         try:
             result = load(name)
         except Exception:  # the thread that needs it loads it again and reports the failure
-            result = None
-        self._futures[name].set_result(result)
+            pass
+        finally:
+            future.set_result(result)
 
     def take(self, name: str) -> Any:
         """The program loaded ahead (None if that failed), waiting while it loads; ``MISSING`` when the worker has

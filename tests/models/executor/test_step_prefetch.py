@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+import time
 import weakref
 
 import pytest
@@ -80,8 +81,14 @@ def test_each_program_is_loaded_once_by_whoever_starts_it():
     ahead.start([("slow", 0.0), ("later", 1.0), ("bad", 2.0)], load)
     assert started.wait(30)
     assert ahead.take("later") is MISSING  # the worker is still on "slow": the caller loads "later" itself
+    got: list = []
+    taker = threading.Thread(target=lambda: got.append(ahead.take("slow")))
+    taker.start()
+    while "slow" in ahead._futures:  # handed over while the worker is still loading it
+        time.sleep(0.01)
     gate.set()
-    assert ahead.take("slow") == "program slow"  # waits for the worker
+    taker.join(30)
+    assert got == ["program slow"]  # the caller waited for the worker
     assert ahead.take("bad") is None  # the worker's load failed: the caller loads it and reports the failure
     assert ahead.take("never queued") is MISSING
     assert loads == ["slow"]  # "later" was left to its caller, never loaded twice
