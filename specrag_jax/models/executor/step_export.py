@@ -33,7 +33,7 @@ from specrag_jax.models.executor.step_prefetch import MISSING, AheadLoader, Rece
 
 ENV = "SPECRAG_EXPORT_CACHE"
 _PACKAGES = ("models", "kernels")
-_held: list[int | None] = [None]  # compiled programs kept per model (``set_held_programs``)
+_held: list[int | None] = [None]  # compiled programs kept per model (``held_programs``)
 
 
 def export_dir() -> Path | None:
