@@ -24,6 +24,10 @@ from benchmarks.common import run_header, write_results
 from specrag_jax import host_memory
 
 
+def _sizes() -> dict:
+    return {k: host_memory.status_mib(k) for k in ("VmRSS", "RssAnon")}
+
+
 def run_arm(args: argparse.Namespace) -> dict:
     """One process: build the default pair, evaluate, record memory after each question."""
     from specrag_jax.pipeline import evaluation
@@ -35,19 +39,13 @@ def run_arm(args: argparse.Namespace) -> dict:
     enable_xla_cache()
     rows = split_rows(load_questions(args.data), args.split)[: args.limit]
     rag = build_specrag()
-    after_load = {k: host_memory.status_mib(k) for k in ("VmRSS", "RssAnon")}
+    after_load = _sizes()
     series: list[dict] = []
 
     def recorded_release() -> float | None:
         held = host_memory.status_mib("RssAnon")
         released = host_memory.release_free_heap() if args.arm == "on" else None
-        series.append(
-            {
-                "t": round(time.monotonic(), 1),
-                "anon_before": held,
-                **{k: host_memory.status_mib(k) for k in ("VmRSS", "RssAnon")},
-            }
-        )
+        series.append({"t": round(time.monotonic(), 1), "anon_before": held, **_sizes()})
         return released
 
     evaluation.release_free_heap = recorded_release
