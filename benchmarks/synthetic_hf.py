@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 from safetensors.numpy import save_file
 
-from specrag_jax.models.config import param_shapes
+from specrag_jax.models.config import kernel_in_out, param_shapes
 from specrag_jax.models.loading.hf_config import hf_config_to_model_config
 from specrag_jax.models.loading.hf_loader import HF_NAMES, MIXTRAL_FUSED
 from specrag_jax.models.loading.params import flatten_shapes
@@ -51,7 +51,7 @@ def hf_tensors(raw: dict[str, Any], fused_experts: bool = False) -> Iterator[tup
     seen: set[str] = set()
     for leaf, shape in flatten_shapes(param_shapes(cfg)).items():
         template = table[leaf] if leaf.startswith("lm_head") else "model." + table[leaf]
-        kernel = leaf.endswith("kernel")
+        kernel = kernel_in_out(leaf, cfg)  # MoE kernels are [in, out] here, [out, in] on disk
         for i in range(cfg.num_layers) if "{i}" in template else [None]:
             own = shape[1:] if i is not None else shape
             experts = range(cfg.num_experts) if "{j}" in template else [None]

@@ -1,33 +1,35 @@
 """Model configuration for the decoder families we serve (Gemma 3, Llama, Qwen2, Qwen3, Mistral and Mixtral).
 
-Parameter tree (Linen, layers stacked on a leading axis of size ``num_layers``)::
+Parameter tree (Linen, layers stacked on a leading axis of size ``num_layers``). Dense kernels are
+``[out, in]``, the layout of GGUF, safetensors and torch (``y = x @ kernel.T``; see ``decoder/layers.Linear`` for
+why: XLA:CPU multiplies a few rows by an ``[out, in]`` matrix 3-4x faster than by ``[in, out]``)::
 
     params = {
       "embed":      {"embedding": [vocab, hidden]},
       "layers": {
         "attn_norm":      {"scale": [L, hidden]},
         "attn": {
-          "q": {"kernel": [L, hidden, num_heads * head_dim]},     # + "bias": [L, num_heads * head_dim]
-          "k": {"kernel": [L, hidden, num_kv_heads * head_dim]},  #   with attention_bias (Qwen2)
-          "v": {"kernel": [L, hidden, num_kv_heads * head_dim]},
-          "o": {"kernel": [L, num_heads * head_dim, hidden]},
+          "q": {"kernel": [L, num_heads * head_dim, hidden]},     # + "bias": [L, num_heads * head_dim]
+          "k": {"kernel": [L, num_kv_heads * head_dim, hidden]},  #   with attention_bias (Qwen2)
+          "v": {"kernel": [L, num_kv_heads * head_dim, hidden]},
+          "o": {"kernel": [L, hidden, num_heads * head_dim]},
           "q_norm": {"scale": [L, head_dim]},      # qk_norm only (Gemma 3, Qwen3)
           "k_norm": {"scale": [L, head_dim]},      # qk_norm only (Gemma 3, Qwen3)
         },
         "post_attn_norm": {"scale": [L, hidden]},  # sandwich_norm only (Gemma 3)
         "mlp_norm":       {"scale": [L, hidden]},
         "mlp": {
-          "gate": {"kernel": [L, hidden, intermediate]},
-          "up":   {"kernel": [L, hidden, intermediate]},
-          "down": {"kernel": [L, intermediate, hidden]},
+          "gate": {"kernel": [L, intermediate, hidden]},
+          "up":   {"kernel": [L, intermediate, hidden]},
+          "down": {"kernel": [L, hidden, intermediate]},
         },
         "post_mlp_norm":  {"scale": [L, hidden]},  # sandwich_norm only (Gemma 3)
       },
-      # num_experts > 0 (Mixtral): "mlp" is the sparse MoE block of moe.py instead, E = num_experts:
-      #   "router": {"kernel": [L, hidden, E]}, "gate"/"up": {"kernel": [L, E, hidden, intermediate]},
-      #   "down": {"kernel": [L, E, intermediate, hidden]}  (intermediate = each expert's)
+      # num_experts > 0 (Mixtral): "mlp" is the sparse MoE block of moe.py instead, E = num_experts, its kernels
+      # kept [in, out] (``kernel_in_out``): "router": {"kernel": [L, hidden, E]},
+      #   "gate"/"up": {"kernel": [L, E, hidden, intermediate]}, "down": {"kernel": [L, E, intermediate, hidden]}
       "final_norm": {"scale": [hidden]},
-      "lm_head":    {"kernel": [hidden, vocab]},   # only when not tie_embeddings
+      "lm_head":    {"kernel": [vocab, hidden]},   # only when not tie_embeddings
     }
 
 Norm scales are *multiplicative* (``y = x_normed * scale``): GGUF Gemma files already store ``1 + w``;
@@ -209,10 +211,10 @@ def param_shapes(cfg: ModelConfig) -> dict[str, Any]:
     """The exact parameter tree (shapes only) that loaders must produce for ``cfg``."""
     L, H, D, F = cfg.num_layers, cfg.hidden_size, cfg.head_dim, cfg.intermediate_size  # F: FFN width
     attn: dict[str, Any] = {
-        "q": {"kernel": (L, H, cfg.num_heads * D)},
-        "k": {"kernel": (L, H, cfg.num_kv_heads * D)},
-        "v": {"kernel": (L, H, cfg.num_kv_heads * D)},
-        "o": {"kernel": (L, cfg.num_heads * D, H)},
+        "q": {"kernel": (L, cfg.num_heads * D, H)},
+        "k": {"kernel": (L, cfg.num_kv_heads * D, H)},
+        "v": {"kernel": (L, cfg.num_kv_heads * D, H)},
+        "o": {"kernel": (L, H, cfg.num_heads * D)},
     }
     if cfg.attention_bias:
         attn["q"]["bias"] = (L, cfg.num_heads * D)
@@ -222,7 +224,7 @@ def param_shapes(cfg: ModelConfig) -> dict[str, Any]:
         attn["q_norm"] = {"scale": (L, D)}
         attn["k_norm"] = {"scale": (L, D)}
     E = cfg.num_experts
-    mlp: dict[str, Any] = {"gate": {"kernel": (L, H, F)}, "up": {"kernel": (L, H, F)}, "down": {"kernel": (L, F, H)}}
+    mlp: dict[str, Any] = {"gate": {"kernel": (L, F, H)}, "up": {"kernel": (L, F, H)}, "down": {"kernel": (L, H, F)}}
     if E:
         mlp = {
             "router": {"kernel": (L, H, E)},
@@ -240,5 +242,11 @@ def param_shapes(cfg: ModelConfig) -> dict[str, Any]:
         "final_norm": {"scale": (H,)},
     }
     if not cfg.tie_embeddings:
-        tree["lm_head"] = {"kernel": (H, cfg.vocab_size)}
+        tree["lm_head"] = {"kernel": (cfg.vocab_size, H)}
     return tree
+
+
+def kernel_in_out(leaf: str, cfg: ModelConfig) -> bool:
+    """Whether leaf ``leaf`` ("layers/mlp/gate/kernel") is a kernel kept ``[.., in, out]``: the sparse MoE
+    block's router and expert kernels. Every other kernel is ``[.., out, in]``, as stored on disk."""
+    return leaf.endswith("kernel") and bool(cfg.num_experts) and leaf.startswith("layers/mlp/")

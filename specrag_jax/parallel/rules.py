@@ -52,14 +52,14 @@ STRICT_AXES = frozenset({"pages"})
 # Leaf name (the parameter's module) -> logical axes of the per-layer array.
 _LEAF_AXES: dict[str, tuple[str, ...]] = {
     "embed": ("vocab", "embed"),
-    "lm_head": ("embed", "vocab"),
-    "q": ("embed", "heads"),
-    "k": ("embed", "kv_heads"),
-    "v": ("embed", "kv_heads"),
-    "o": ("heads", "embed"),
-    "gate": ("embed", "mlp"),
-    "up": ("embed", "mlp"),
-    "down": ("mlp", "embed"),
+    "lm_head": ("vocab", "embed"),  # dense kernels are [out, in]
+    "q": ("heads", "embed"),
+    "k": ("kv_heads", "embed"),
+    "v": ("kv_heads", "embed"),
+    "o": ("embed", "heads"),
+    "gate": ("mlp", "embed"),
+    "up": ("mlp", "embed"),
+    "down": ("embed", "mlp"),
     "q_norm": ("head_dim",),
     "k_norm": ("head_dim",),
 }
@@ -100,8 +100,8 @@ def leaf_logical_axes(path: tuple, ndim: int, moe: bool = False) -> tuple[str, .
     module = keys[-2] if len(keys) >= 2 else keys[-1]
     in_mlp = len(keys) >= 3 and keys[-3] == "mlp"
     axes = (_MOE_AXES if moe and in_mlp else _LEAF_AXES).get(module, ("embed",))  # norms: one hidden-sized scale
-    if keys[-1] == "bias":  # a projection's bias follows its kernel's output axis
-        axes = axes[-1:]
+    if keys[-1] == "bias":  # a projection's bias follows its kernel's output axis ([out, in]; MoE: [in, out])
+        axes = axes[-1:] if moe and in_mlp else axes[:1]
     if ndim == len(axes) + 1:
         axes = ("layers",) + axes
     if ndim != len(axes):

@@ -1,11 +1,12 @@
 """LoRA adapters on the decoder's projections: applied on the fly in training, merged for inference.
 
-For a target projection ``y = x W`` the adapter adds ``(alpha / rank) * (x A) B`` with ``A: [in, rank]``
-(random, as in PEFT: uniform in +-1/sqrt(in)) and ``B: [rank, out]`` (zeros, so training starts at the base
-model). Training applies it *on the fly*: a Flax method interceptor adds the low-rank term after each
-targeted ``nn.Dense`` (nothing in ``models/`` changes), the base stays frozen and only ``A``/``B`` reach the
-optimizer, and the backward pass costs ``tokens * in * rank`` per projection instead of a full ``[in, out]``
-weight gradient. For inference, ``merge_lora`` folds ``A B`` into the kernels once (no extra work per token).
+For a target projection ``y = x W`` (``W``: the ``[out, in]`` kernel, transposed) the adapter adds
+``(alpha / rank) * (x A) B`` with ``A: [in, rank]`` (random, as in PEFT: uniform in +-1/sqrt(in)) and
+``B: [rank, out]`` (zeros, so training starts at the base model). Training applies it *on the fly*: a Flax method
+interceptor adds the low-rank term after each targeted ``Linear`` (nothing in ``models/`` changes), the base stays
+frozen and only ``A``/``B`` reach the optimizer, and the backward pass costs ``tokens * in * rank`` per projection
+instead of a full ``[out, in]`` weight gradient. For inference, ``merge_lora`` folds ``(A B).T`` into the kernels
+once (no extra work per token).
 
 Adapter tree (per-layer layout, as the Decoder names its modules)::
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig
+from specrag_jax.models.decoder.linear import Linear
 
 TARGET_GROUPS = {"q": "attn", "k": "attn", "v": "attn", "o": "attn", "gate": "mlp", "up": "mlp", "down": "mlp"}
 ALL_TARGETS = tuple(TARGET_GROUPS)
@@ -111,12 +113,12 @@ def _adapter_at(adapter: dict, path: Sequence[str]) -> dict | None:
 
 @contextlib.contextmanager
 def lora_applied(adapter: dict, scale: float) -> Iterator[None]:
-    """Within this context every ``nn.Dense`` with an adapter at its module path adds ``scale * (x A) B``."""
+    """Within this context every ``Linear`` projection with an adapter at its module path adds ``scale * (x A) B``."""
 
     def interceptor(next_fun, args, kwargs, context):
         out = next_fun(*args, **kwargs)
         module = context.module
-        if context.method_name != "__call__" or not isinstance(module, nn.Dense):
+        if context.method_name != "__call__" or not isinstance(module, Linear):
             return out
         ab = _adapter_at(adapter, module.path)
         if ab is None:
@@ -130,8 +132,8 @@ def lora_applied(adapter: dict, scale: float) -> Iterator[None]:
 
 
 def lora_delta(ab: dict, scale: float) -> jax.Array:
-    """The ``[in, out]`` kernel update of one adapter (float32)."""
-    return scale * jnp.dot(ab["a"].astype(jnp.float32), ab["b"].astype(jnp.float32))
+    """The ``[out, in]`` kernel update of one adapter (float32): ``scale * (A B).T``, A ``[in, r]``, B ``[r, out]``."""
+    return scale * jnp.dot(ab["b"].astype(jnp.float32).T, ab["a"].astype(jnp.float32).T)
 
 
 def merge_lora(params: dict, adapter: dict, lora: LoraConfig | float) -> dict:
@@ -158,10 +160,10 @@ def merge_lora(params: dict, adapter: dict, lora: LoraConfig | float) -> dict:
                     ) from None
                 kernel = node["kernel"]
                 shape = kernel.shape[1:] if stacked else kernel.shape
-                if tuple(shape) != (ab["a"].shape[0], ab["b"].shape[1]):
+                if tuple(shape) != (ab["b"].shape[1], ab["a"].shape[0]):  # kernels are [out, in]
                     raise SpecRagError(
                         f"adapter {layer_name}/{group}/{target} has shape {ab['a'].shape[0]}x"
-                        f"{ab['b'].shape[1]}, the base kernel {shape[0]}x{shape[1]}"
+                        f"{ab['b'].shape[1]}, the base kernel {shape[1]}x{shape[0]}"
                     )
                 if stacked and not 0 <= index < kernel.shape[0]:
                     raise SpecRagError(f"adapter entry {layer_name!r} is past the model's {kernel.shape[0]} layers")

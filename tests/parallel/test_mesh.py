@@ -73,10 +73,10 @@ def test_gemma_specs_replicate_the_single_kv_head():
     notes: list[str] = []
     specs = param_specs(cfg, shapes(cfg), mesh, replicated=notes)
     attn, mlp = specs["layers"]["attn"], specs["layers"]["mlp"]
-    assert attn["q"]["kernel"] == P(None, None, "model")  # stacked layout: leading layers axis
-    assert attn["o"]["kernel"] == P(None, "model")
+    assert attn["q"]["kernel"] == P(None, "model")  # stacked layout: leading layers axis; kernels [out, in]
+    assert attn["o"]["kernel"] == P(None, None, "model")
     assert attn["k"]["kernel"] == P() and attn["v"]["kernel"] == P()
-    assert mlp["gate"]["kernel"] == P(None, None, "model") and mlp["down"]["kernel"] == P(None, "model")
+    assert mlp["gate"]["kernel"] == P(None, "model") and mlp["down"]["kernel"] == P(None, None, "model")
     assert specs["embed"]["embedding"] == P("model")
     assert specs["layers"]["post_attn_norm"]["scale"] == P()
     assert any("kv_heads(1 over model=4)" in n for n in notes)
@@ -88,14 +88,14 @@ def test_llama_specs_split_kv_heads_and_untied_head():
     mesh = AbstractMesh((2, 4), ("data", "model"))
     notes: list[str] = []
     specs = param_specs(cfg, shapes(cfg), mesh, replicated=notes)
-    assert specs["layers"]["attn"]["k"]["kernel"] == P(None, None, "model")
-    assert specs["lm_head"]["kernel"] == P(None, "model")  # 100 % 4 == 0
+    assert specs["layers"]["attn"]["k"]["kernel"] == P(None, "model")
+    assert specs["lm_head"]["kernel"] == P("model")  # [vocab, hidden]: 100 % 4 == 0
     assert pool_spec(cfg, 64, mesh) == P(None, None, "model")
     # model=8: 4 KV heads and a 100-entry vocabulary do not divide -> replicated, reported.
     notes = []
     specs8 = param_specs(cfg, shapes(cfg), AbstractMesh((8,), ("model",)), replicated=notes)
     assert specs8["layers"]["attn"]["k"]["kernel"] == P() and specs8["lm_head"]["kernel"] == P()
-    assert specs8["layers"]["attn"]["q"]["kernel"] == P(None, None, "model")
+    assert specs8["layers"]["attn"]["q"]["kernel"] == P(None, "model")
     assert any(n.startswith("lm_head/kernel:vocab(100") for n in notes)
 
 

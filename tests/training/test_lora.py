@@ -84,7 +84,7 @@ def test_gradients_match_central_finite_differences(setup):
     flat, unravel = jax.flatten_util.ravel_pytree(adapter)
     g = np.asarray(jax.flatten_util.ravel_pytree(grads)[0])
     rng = np.random.default_rng(0)
-    eps = 1e-2
+    eps = 3e-3  # truncation error ~eps^2, float32 rounding ~1e-7 * loss / eps: both well inside the bound
     # Coordinates: the largest gradients plus random ones, and random directions through all adapters.
     coords = list(np.argsort(-np.abs(g))[:4]) + list(rng.choice(g.size, 4, replace=False))
     directions = [np.eye(1, g.size, c)[0] for c in coords] + [rng.normal(size=g.size) for _ in range(3)]
@@ -105,7 +105,7 @@ def test_gradients_follow_the_chain_rule_through_the_merged_kernel(setup):
     for layer in ("layers_0", "layers_1"):
         for group, target in (("attn", "q"), ("attn", "o"), ("mlp", "down")):
             ab, ga = adapter[layer][group][target], g_lora[layer][group][target]
-            gw = g_full[layer][group][target]["kernel"]
+            gw = g_full[layer][group][target]["kernel"].T  # the [in, out] gradient (kernels are [out, in])
             np.testing.assert_allclose(ga["a"], LORA.scale * gw @ ab["b"].T, rtol=2e-3, atol=1e-6)
             np.testing.assert_allclose(ga["b"], LORA.scale * ab["a"].T @ gw, rtol=2e-3, atol=1e-6)
 

@@ -14,6 +14,6 @@ def test_sharded_train_step_equals_single_device():
         assert len(r["sharded"]) == 4 and r["max_loss_diff"] < 1e-5 and r["max_param_diff"] < 1e-5, r
         assert r["programs"] == 1  # the donated state keeps its layout: no recompilation between steps
         assert r["batch_sharding"] == "P('data',)"  # rows split over the data axis
-        assert r["base_up_kernel"] == "P(None, 'model')" and r["devices"] == 8  # weights per the logical rules
+        assert r["base_up_kernel"] == "P('model',)" and r["devices"] == 8  # weights per the logical rules ([out, in])
     assert by_mode["lora"]["trainable_up"] == "P()"  # adapters replicated
-    assert by_mode["full"]["trainable_up"] == "P(None, 'model')"  # fully trained weights keep the base layout
+    assert by_mode["full"]["trainable_up"] == "P('model',)"  # fully trained weights keep the base layout

@@ -14,6 +14,7 @@ from specrag_jax.kernels import paged_attention, write_kv
 from specrag_jax.kernels.metadata import AttentionMetadata
 from specrag_jax.kernels.sharded import sharded_paged_attention
 from specrag_jax.models.config import ModelConfig
+from specrag_jax.models.decoder.linear import Linear
 
 
 class RMSNorm(nn.Module):
@@ -55,7 +56,7 @@ class GatedMLP(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        dense = lambda n, name: nn.Dense(n, use_bias=False, dtype=self.dtype, name=name)  # noqa: E731
+        dense = lambda n, name: Linear(n, use_bias=False, dtype=self.dtype, name=name)  # noqa: E731
         gate = dense(self.cfg.intermediate_size, "gate")(x)
         up = dense(self.cfg.intermediate_size, "up")(x)
         if self.cfg.activation == "gelu_tanh":
@@ -83,7 +84,7 @@ class PagedAttention(nn.Module):
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
         cfg = self.cfg
         t = x.shape[0]
-        dense = lambda n, name, bias=False: nn.Dense(n, use_bias=bias, dtype=self.dtype, name=name)  # noqa: E731
+        dense = lambda n, name, bias=False: Linear(n, use_bias=bias, dtype=self.dtype, name=name)  # noqa: E731
         qkv_bias = cfg.attention_bias
         q = dense(cfg.num_heads * cfg.head_dim, "q", qkv_bias)(x).reshape(t, cfg.num_heads, cfg.head_dim)
         k = dense(cfg.num_kv_heads * cfg.head_dim, "k", qkv_bias)(x).reshape(t, cfg.num_kv_heads, cfg.head_dim)

@@ -17,10 +17,7 @@ DEFAULT_VOCAB_CHUNK = 16384
 
 def _vocab_chunks(params: dict, cfg: ModelConfig, chunk: int) -> tuple[jax.Array, int]:
     """Output weights as [n_chunks, chunk, hidden] (vocab padded with zero rows) and the padding."""
-    if cfg.tie_embeddings:
-        w = params["embed"]["embedding"]  # [V, H]
-    else:
-        w = params["lm_head"]["kernel"].T
+    w = params["embed"]["embedding"] if cfg.tie_embeddings else params["lm_head"]["kernel"]  # both [V, H]
     vocab = w.shape[0]
     pad = (-vocab) % chunk
     if pad:

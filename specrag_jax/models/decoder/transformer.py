@@ -19,6 +19,7 @@ from specrag_jax.kernels import KVPool
 from specrag_jax.kernels.metadata import AttentionMetadata
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.decoder.layers import GatedMLP, PagedAttention, RMSNorm
+from specrag_jax.models.decoder.linear import Linear
 from specrag_jax.models.decoder.moe import SparseMoE
 
 
@@ -118,7 +119,7 @@ class Decoder(nn.Module):
             x, k_pages[i], v_pages[i] = layer(x, meta, k_pages[i], v_pages[i], plans.get(windows[i]))
         x = RMSNorm(cfg.rms_norm_eps, name="final_norm")(x)
         if not cfg.tie_embeddings and self.is_initializing():  # create the head; logits_at applies it
-            nn.Dense(cfg.vocab_size, use_bias=False, dtype=self.dtype, name="lm_head")(x[:1])
+            Linear(cfg.vocab_size, use_bias=False, dtype=self.dtype, name="lm_head")(x[:1])
         return x, KVPool(k=tuple(k_pages), v=tuple(v_pages))
 
 
@@ -144,12 +145,9 @@ def stack_layers(params: dict, num_layers: int) -> dict:
 
 def logits_at(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """float32 logits [R, vocab] for the given [R, hidden] rows (final soft-cap applied)."""
-    if cfg.tie_embeddings:  # contract against [vocab, hidden] directly: no transposed copy of the table
-        w = params["embed"]["embedding"]
-        logits = jnp.einsum("rh,vh->rv", hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
-    else:
-        w = params["lm_head"]["kernel"]
-        logits = jnp.dot(hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
+    # both tables are [vocab, hidden]: contract against them directly, no transposed copy
+    w = params["embed"]["embedding"] if cfg.tie_embeddings else params["lm_head"]["kernel"]
+    logits = jnp.einsum("rh,vh->rv", hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
     if cfg.final_logit_softcap is not None:
         logits = cfg.final_logit_softcap * jnp.tanh(logits / cfg.final_logit_softcap)
     return logits

@@ -342,11 +342,9 @@ class ModelRunner:
 
     def _vocab_sharded(self) -> bool:
         """Whether the output table (tied embedding or LM head) is split over its vocabulary axis."""
-        if self.cfg.tie_embeddings:
-            spec = self._param_shardings["embed"]["embedding"].spec
-            return len(spec) > 0 and spec[0] is not None
-        spec = self._param_shardings["lm_head"]["kernel"].spec
-        return len(spec) > 1 and spec[1] is not None
+        table = ("embed", "embedding") if self.cfg.tie_embeddings else ("lm_head", "kernel")  # both [vocab, hidden]
+        spec = self._param_shardings[table[0]][table[1]].spec
+        return len(spec) > 0 and spec[0] is not None
 
     def lower_step(self, kind: str, step: PackedStep, *extra):
         """The lowered (not yet compiled) sharded step for ``step`` (``kind``: sample, score, logits); used to

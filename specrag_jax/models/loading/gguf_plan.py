@@ -2,13 +2,14 @@
 
 ``plan_leaves`` maps each leaf of ``param_shapes(cfg)`` to its source tensors (one ``Job`` per matrix: per layer,
 per expert), checking names, quantization types and shapes up front, so a bad file fails before anything is
-written. ``fill`` dequantises one job into its slot of a destination array (in memory, or a memory map of the
-cache file) a few hundred KiB of rows at a time: GGML stores matrices as ``[out, in]`` rows, our kernels are
-``[in, out]``, so matrix rows are written transposed. Llama-architecture Q/K rows, permuted by llama.cpp for
-its interleaved RoPE, are put back in rotate-half order (as transformers' ``reverse_permute_weights`` does) by
-reordering the quantised rows before dequantisation, which is exact because rows dequantise independently.
-``run_jobs`` spreads the jobs over two threads (numpy releases the GIL in its loops); scratch buffers are
-per thread and reused, since fresh pages are costly here (every new page of this VM faults in from the host).
+written. ``fill`` dequantises one job into its slot of a destination array (in memory, or a memory map of the cache
+file) a few hundred KiB of rows at a time: GGML stores matrices as ``[out, in]`` rows, as our kernels are, except
+the MoE block's (``[in, out]``, ``kernel_in_out``), whose rows are written transposed. Llama-architecture Q/K rows,
+permuted by llama.cpp for its interleaved RoPE, are put back in rotate-half order (as transformers'
+``reverse_permute_weights`` does) by reordering the quantised rows before dequantisation, which is exact because
+rows dequantise independently. ``run_jobs`` spreads the jobs over two threads (numpy releases the GIL in its
+loops); scratch buffers are per thread and reused, since fresh pages are costly here (every new page of this VM
+faults in from the host).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Iterable
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.config import ModelConfig, param_shapes
+from specrag_jax.models.config import ModelConfig, kernel_in_out, param_shapes
 from specrag_jax.models.loading.dequant import SUPPORTED, dequantize_rows
 from specrag_jax.models.loading.gguf_header import GGUFFile, GGUFTensor
 from specrag_jax.models.loading.params import check_shape, flatten_shapes
@@ -105,7 +106,7 @@ def plan_leaves(cfg: ModelConfig, gguf: GGUFFile) -> dict[str, tuple[tuple[int, 
         if t.tensor_type not in SUPPORTED:
             raise SpecRagError(f"tensor {name!r} has unsupported quantization type {t.tensor_type.name} in {gguf.path}")
         used.add(name)
-        kernel = leaf.endswith("kernel")
+        kernel = kernel_in_out(leaf, cfg)  # written transposed
         shape = tuple(reversed(t.shape))
         check_shape(name, shape[:-2] + shape[:-3:-1] if kernel else shape, want)
         qk = heads.get(leaf, 0) if permuted else 0

@@ -1,7 +1,7 @@
 """Stream a Hugging Face checkpoint (``config.json`` + safetensors shards) straight into device parameters.
 
 Every tensor is read block by block through a memory map of that tensor only (``param_file.read_block``),
-converted on the host (float32, kernels transposed to ``[in, out]``, Gemma's ``1 + w``, fused Mixtral halves)
+converted on the host (float32, MoE kernels transposed to ``[in, out]``, Gemma's ``1 + w``, fused Mixtral halves)
 and placed with its leaf's target sharding by ``streaming.place``: per device, zeros of its shard, filled
 in place a bounded chunk at a time. Stacked ``[L, ...]`` leaves are filled layer by layer the same way, so
 the host holds about one chunk, never a layer's stacked leaf or the model, and a device receives only its
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.config import ModelConfig, param_shapes
+from specrag_jax.models.config import ModelConfig, kernel_in_out, param_shapes
 from specrag_jax.models.decoder.transformer import init_params
 from specrag_jax.models.loading.hf_loader import LM_HEADS, HFPlan, hf_plan
 from specrag_jax.models.loading.param_file import TensorInfo, read_block, read_header
@@ -39,7 +39,7 @@ IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")
 
 @dataclasses.dataclass(frozen=True)
 class _Source:
-    """One stored tensor seen in our layout: kernels ``[.., in, out]``, a fused half selected, norms offset."""
+    """One stored tensor seen in our layout: MoE kernels ``[.., in, out]``, a fused half selected, norms offset."""
 
     info: TensorInfo
     kernel: bool
@@ -106,7 +106,7 @@ def leaf_readers(plan: HFPlan, infos: dict[str, TensorInfo]) -> dict[str, Reader
         if info is None:
             raise SpecRagError(f"checkpoint in {plan.directory} is missing tensor {base!r}")
         used.add(base)
-        src = _Source(info, leaf.endswith("kernel"), half, plan.norm_offset if leaf.endswith("scale") else 0.0)
+        src = _Source(info, kernel_in_out(leaf, cfg), half, plan.norm_offset if leaf.endswith("scale") else 0.0)
         check_shape(name, src.shape, want)
         return src.read
 
@@ -173,6 +173,6 @@ def load_hf_streaming(
     sh = flat_shardings(shardings, plan.cfg, unflatten(abstract))
     out = {}
     for leaf, spec in ((leaf, abstract[leaf]) for leaf in readers):
-        order = kernel_order(len(spec.shape)) if leaf.endswith("kernel") else None
+        order = kernel_order(len(spec.shape)) if kernel_in_out(leaf, plan.cfg) else None
         out[leaf] = place(spec.shape, spec.dtype, sh.get(leaf), readers[leaf], order)
     return plan.cfg, unflatten(out)

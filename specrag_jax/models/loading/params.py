@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.config import ModelConfig, param_shapes
+from specrag_jax.models.config import ModelConfig, kernel_in_out, param_shapes
 
 
 def flatten_tree(
@@ -65,7 +65,8 @@ def assemble_params(
     """Build the stacked tree; ``fetch(source_name, leaf)`` returns an ``[out, in]`` (experts: ``[E, out, in]``)
     float32 array; a name with ``{j}`` is fetched once per expert and stacked.
 
-    Kernels are transposed to ``[in, out]``; per-layer tensors are written into one stacked array.
+    Kernels stay ``[out, in]`` except the MoE block's (``kernel_in_out``), transposed to ``[in, out]``; per-layer
+    tensors are written into one stacked array.
     Each finished float32 leaf goes through ``leaf_fn`` (e.g. a cast to a jax array) before the next
     is built, so peak memory is the converted tree plus about one leaf.
     """
@@ -73,7 +74,7 @@ def assemble_params(
     flat: dict[str, Any] = {}
     for leaf, shape in flatten_shapes(param_shapes(cfg)).items():
         template = names[leaf]
-        kernel = leaf.endswith("kernel")
+        kernel = kernel_in_out(leaf, cfg)
         if not leaf.startswith("layers/"):
             w = fetch(template, leaf)
             w = np.ascontiguousarray(w.T if kernel else w, dtype=np.float32)
@@ -90,7 +91,7 @@ def assemble_params(
                 )
             else:
                 w = fetch(name, leaf)
-            w = np.swapaxes(w, -1, -2) if kernel else w  # [E,] out, in -> [E,] in, out
+            w = np.swapaxes(w, -1, -2) if kernel else w  # MoE: [E,] out, in -> [E,] in, out
             check_shape(name, w.shape, shape[1:])
             stacked[i] = w
         flat[leaf] = finish(stacked)

@@ -30,7 +30,7 @@ from specrag_jax.models.config import ModelConfig, param_shapes
 from specrag_jax.models.loading.param_file import load_tree, save_tree
 from specrag_jax.models.loading.streaming import ShardingsFn
 
-CACHE_FORMAT = 2  # bump when the conversion changes, so old entries are not reused
+CACHE_FORMAT = 3  # bump when the conversion changes, so old entries are not reused (3: dense kernels [out, in])
 DTYPES = ("float32", "bfloat16")
 PARAMS_FILE = "model.safetensors"
 

@@ -37,7 +37,7 @@ def test_greedy_output_alone_equals_under_8_concurrent_requests(arch, tiny_model
 
 
 def _invariance(engine, tiny_model):
-    want = greedy_generate(tiny_model.runner, PROMPTS, 10)  # before the engine's cache holds pages
+    want = greedy_generate(tiny_model.runner, PROMPTS, 10, tiny_model.generator.eos_ids)  # before the cache holds pages
     alone = [engine.submit_generate([], [p], max_new_tokens=10).result(60)[0].token_ids for p in PROMPTS]
     assert alone == want
     reqs = [engine.submit_generate([], [p], max_new_tokens=10) for p in PROMPTS]

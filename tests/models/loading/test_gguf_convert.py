@@ -231,7 +231,7 @@ def test_real_files_equal_the_old_conversion(model):
         t = tensors[name]
         w = np.asarray(dequantize(header.raw(t), t.tensor_type), dtype=np.float32)
         w = reverse_permute_qk(w, heads[leaf]) if cfg.arch == "llama" and leaf in heads else w
-        return w.T if leaf.endswith("kernel") else w
+        return w  # kernels are [out, in] as stored
 
     leaves = ["embed/embedding", "layers/attn/q/kernel", "layers/attn/k/kernel", "layers/mlp/down/kernel"]
     leaves += ["layers/attn/q/bias"] if cfg.attention_bias else []

@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.config import param_shapes
+from specrag_jax.models.config import kernel_in_out, param_shapes
 from specrag_jax.models.loading.gguf_loader import load_gguf
 from specrag_jax.models.loading.hf_loader import load_hf
 from specrag_jax.models.loading.load import last_load_info, load_model_params
@@ -53,7 +53,8 @@ def flat(tree: dict, prefix: str = "") -> dict:
 
 
 def assert_matches_torch(cfg, params, state_dict, atol: float = 1e-6) -> None:
-    """Every leaf equals the torch tensor(s): kernels transposed, Gemma norms compared as ours-1."""
+    """Every leaf equals the torch tensor(s) (kernels [out, in] as torch's; MoE ones transposed), Gemma norms
+    compared as ours-1."""
     names = {**HF, **HF_NORMS[cfg.arch]}
     shapes = flat(param_shapes(cfg))
     ours = flat(params)
@@ -66,7 +67,7 @@ def assert_matches_torch(cfg, params, state_dict, atol: float = 1e-6) -> None:
         layers = range(cfg.num_layers) if leaf.startswith("layers/") else [None]
         theirs = np.stack([state_dict[names[leaf].format(i=i)].detach().float().numpy() for i in layers])
         mine = value if leaf.startswith("layers/") else value[None]
-        mine = mine.swapaxes(1, 2) if leaf.endswith("kernel") else mine
+        mine = mine.swapaxes(1, 2) if kernel_in_out(leaf, cfg) else mine
         diff = float(np.abs(mine - theirs).max())
         assert diff <= atol, f"{leaf}: max abs diff {diff}"
 
@@ -349,8 +350,8 @@ def test_tiny_qwen2_gguf_keeps_qk_rows_and_biases(tmp_path):
     cfg, params = load_gguf(path)
     assert cfg.arch == "qwen2" and cfg.attention_bias and cfg.tie_embeddings
     raw = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(str(path)).tensors}
-    # llama.cpp does not permute qwen2's Q/K rows: the kernel is the stored matrix, transposed.
-    np.testing.assert_array_equal(np.asarray(params["layers"]["attn"]["q"]["kernel"][1]), raw["blk.1.attn_q.weight"].T)
+    # llama.cpp does not permute qwen2's Q/K rows: the kernel is the stored [out, in] matrix.
+    np.testing.assert_array_equal(np.asarray(params["layers"]["attn"]["q"]["kernel"][1]), raw["blk.1.attn_q.weight"])
     np.testing.assert_array_equal(np.asarray(params["layers"]["attn"]["k"]["bias"][0]), raw["blk.0.attn_k.bias"])
     llama_cfg, llama = load_gguf(write_gguf(tmp_path / "l.gguf"))
     assert not llama_cfg.attention_bias and "bias" not in llama["layers"]["attn"]["q"]

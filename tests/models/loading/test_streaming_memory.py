@@ -97,8 +97,8 @@ def test_sharded_load_over_8_devices_puts_only_each_devices_part(tmp_path):
         assert all(r["sent_equals_own"].values()) and r["sent_elsewhere"] == 0, (run, r)
         assert len(r["own_bytes"]) == 1, r  # data=2 x model=4: every device holds the same share
         # split over "model": heads, MLP, vocabulary; 2 KV heads do not divide by 4 (replicated), nor norms
-        assert r["specs"]["layers/attn/q/kernel"] == "P(None, None, 'model')", r["specs"]
-        assert r["specs"]["layers/mlp/down/kernel"] == "P(None, 'model')", r["specs"]
+        assert r["specs"]["layers/attn/q/kernel"] == "P(None, 'model')", r["specs"]  # kernels [out, in]
+        assert r["specs"]["layers/mlp/down/kernel"] == "P(None, None, 'model')", r["specs"]
         assert r["specs"]["embed/embedding"] == "P('model',)", r["specs"]
         assert r["specs"]["layers/attn/k/kernel"] == "P()", r["specs"]
 

@@ -187,9 +187,9 @@ def test_sampling_end_to_end_joint_distribution_matches_plain():
 
     p = chi2_contingency(table(plain, specd)).pvalue
     assert p > 1e-3, p
-    # Negative control: plain sampling at temperature 1.5 differs and the same test sees it.
+    # Negative control: plain sampling at temperature 2.0 differs and the same test sees it.
     for b in range(batches // 2):
-        sp = [SamplingParams(temperature=1.5, top_k=4, seed=77_000 + 1000 * b + i) for i in range(n)]
+        sp = [SamplingParams(temperature=2.0, top_k=4, seed=77_000 + 1000 * b + i) for i in range(n)]
         control += [tuple(x.token_ids[:3]) for x in Generator(r).generate([prompt] * n, sp, max_new_tokens=3)]
     assert chi2_contingency(table(plain, control)).pvalue < 1e-3
     assert r.allocator.num_free == r.allocator.num_usable

@@ -1,0 +1,206 @@
+"""Dense kernels ``[out, in]`` and the few-rows product form, against the ``[in, out]`` layout they replace.
+
+Two parts, one process, same machine state:
+1. Matrix level, for every distinct projection shape of the default pair (SmolLM2-135M, Qwen2.5-1.5B) and rows
+   1-512: before = ``x @ W`` with ``W`` stored ``[in, out]`` (what ``nn.Dense`` did), after = ``project(x, W)``
+   with ``W`` stored ``[out, in]`` (``models/decoder/linear.py``). Best of ``--repeats`` timings of ``--calls``
+   calls each.
+2. Whole steps of the real models through their runners (real weights): one-token decode, a decode batch of
+   5 rows (drafting), a 16-token tree step (lossless decoding), a 512-token prefill chunk, with the few-rows
+   form on against off (off = the plain ``x @ W.T`` on the same ``[out, in]`` weights), alternating
+   off, on, on, off after one warm-up of each; every round retraces (``jax.clear_caches``) and compiles before
+   it times. Greedy tokens of the decode steps must agree between the sides (asserted).
+
+    python benchmarks/kernel_layout.py --out benchmarks/results/kernel_layout.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import ALTERNATION, run_header, write_results
+from specrag_jax.models.decoder import linear
+from specrag_jax.models.executor.packing import Chunk
+from specrag_jax.models.sampling.batch import SamplingBatch
+from specrag_jax.models.speculative.tree import build_tree, stack_trees
+
+MODELS = ("smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct")
+ROWS = (1, 5, 8, 16, 32, 64, 128, 512)
+
+
+def _best_ms(fn, *args, calls: int, repeats: int) -> float:
+    fn(*args).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(calls):
+            out = fn(*args)
+        out.block_until_ready()
+        best = min(best, (time.perf_counter() - t) / calls * 1e3)
+    return best
+
+
+def matrix_shapes(cfg) -> dict[str, tuple[int, int]]:
+    """Distinct ``(in, out)`` projection shapes of one model."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    return {
+        "q/o": (h, cfg.num_heads * d),
+        "k/v": (h, cfg.num_kv_heads * d),
+        "gate/up": (h, cfg.intermediate_size),
+        "down": (cfg.intermediate_size, h),
+    }
+
+
+def matrix_level(configs: dict, rows: tuple[int, ...], calls: int, repeats: int) -> list[dict]:
+    """Before/after milliseconds of every projection shape of ``configs`` (name -> ModelConfig) per row count."""
+    before = jax.jit(lambda x, w: x @ w)
+    after = jax.jit(linear.project)
+    rng = np.random.default_rng(0)
+    out = []
+    for name, cfg in configs.items():
+        for what, (n_in, n_out) in matrix_shapes(cfg).items():
+            w = rng.standard_normal((n_in, n_out), dtype=np.float32)
+            w_in_out, w_out_in = jnp.asarray(w), jnp.asarray(np.ascontiguousarray(w.T))
+            for r in rows:
+                x = jnp.asarray(rng.standard_normal((r, n_in), dtype=np.float32))
+                np.testing.assert_allclose(before(x, w_in_out), after(x, w_out_in), rtol=2e-4, atol=2e-3)
+                n = max(1, calls // max(1, r // 16))
+                b = _best_ms(before, x, w_in_out, calls=n, repeats=repeats)
+                a = _best_ms(after, x, w_out_in, calls=n, repeats=repeats)
+                out.append(
+                    {
+                        "model": name,
+                        "matrix": what,
+                        "in": n_in,
+                        "out": n_out,
+                        "rows": r,
+                        "before_ms": round(b, 4),
+                        "after_ms": round(a, 4),
+                        "speedup": round(b / a, 3),
+                    }
+                )
+                print(
+                    f"{name:28s} {what:8s} {n_in}x{n_out} rows {r:4d}: {b:8.3f} -> {a:8.3f} ms ({b / a:.2f}x)",
+                    flush=True,
+                )
+    return out
+
+
+def step_timer(model, context: int, repeats: int):
+    """Closures timing each step kind of ``model``'s runner after ``context`` cached tokens (seconds, best of
+    ``repeats``, the first call compiling) and the greedy tokens they produced."""
+    r = model.runner
+    rng = np.random.default_rng(1)
+    ids = rng.integers(100, r.cfg.vocab_size - 100, context + 512).tolist()
+    seqs = [r.allocator.allocate(-(-(context + 600) // r.page_size)) for _ in range(5)]
+    for pages in seqs:
+        r.score(r.pack([Chunk(pages, 0, ids[:context], rows=[context - 1])]), [0])
+
+    def best(fn):
+        first = fn()
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return min(times), first
+
+    def decode(width: int):
+        chunks = [Chunk(seqs[i], context, [ids[context + i]], rows=[0]) for i in range(width)]
+        return lambda: np.asarray(
+            r.sample(r.pack(chunks, token_bucket=width), SamplingBatch.greedy(width)).ids
+        ).tolist()
+
+    def tree_step():
+        props = [rng.integers(0, r.cfg.vocab_size, 3).tolist() for _ in range(5)]
+        tree = build_tree(props, ids[context], 16)
+        chunk = Chunk(seqs[0], context, tree.tokens, parents=tree.parents, positions=tree.positions(context))
+        return lambda: r.speculate(r.pack([chunk], token_bucket=16), stack_trees([tree]), SamplingBatch.greedy(1))
+
+    def prefill():
+        chunk = Chunk(seqs[1], context, ids[context : context + 512], rows=[511])
+        return lambda: np.asarray(r.score(r.pack([chunk]), [0])).tolist()
+
+    kinds = {"decode_1": decode(1), "decode_5": decode(5), "tree_16": tree_step(), "prefill_512": prefill()}
+
+    def run() -> tuple[dict[str, float], dict[str, list]]:
+        times, tokens = {}, {}
+        for kind, fn in kinds.items():
+            times[kind], first = best(fn)
+            if kind.startswith("decode"):
+                tokens[kind] = first
+        return times, tokens
+
+    def release() -> None:
+        for pages in seqs:
+            r.allocator.release(pages)
+
+    return run, release
+
+
+def step_level(model, name: str, context: int, rounds: int, repeats: int) -> dict:
+    """The few-rows form off against on, per step kind of ``model`` (medians over the timed rounds)."""
+    run, release = step_timer(model, context, repeats)
+    per_side: dict[str, list[dict]] = {"off": [], "on": []}
+    tokens: dict[str, dict] = {}
+    try:
+        for i, side in enumerate(("off", "on") + tuple(ALTERNATION[j % 4] for j in range(2 * rounds))):
+            linear.FEW_ROWS_FORM = side == "on"
+            jax.clear_caches()
+            times, toks = run()
+            tokens.setdefault(side, toks)
+            if i >= 2:  # the first of each side is its warm-up
+                per_side[side].append(times)
+            print(f"{name} {side}: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in times.items()), flush=True)
+    finally:
+        linear.FEW_ROWS_FORM = True
+        release()
+    assert tokens["on"] == tokens["off"], (name, tokens)
+    med = {s: {k: statistics.median(t[k] for t in per_side[s]) for k in per_side[s][0]} for s in per_side}
+    return {
+        "context_tokens": context,
+        "median_s": med,
+        "speedup": {k: round(med["off"][k] / med["on"][k], 3) for k in med["on"]},
+        "runs": per_side,
+        "greedy_tokens_equal": True,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--rows", default=",".join(map(str, ROWS)))
+    p.add_argument("--calls", type=int, default=40)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=2, help="timed rounds per side of the step-level A/B")
+    p.add_argument("--context", type=int, default=600, help="cached tokens before the timed steps")
+    p.add_argument("--skip-steps", action="store_true")
+    p.add_argument("--out", default="benchmarks/results/kernel_layout.json")
+    args = p.parse_args(argv)
+    from specrag_jax.models.text_model import TextModel
+
+    rows = tuple(int(r) for r in args.rows.split(","))
+    payload = {**run_header(), "small_rows": linear.SMALL_ROWS, "large_kernel_bytes": linear.LARGE_KERNEL_BYTES}
+    payload["platform"] = jax.default_backend()
+    payload["matrices"], payload["steps"] = [], {}
+    for name in (n for n in args.models.split(",") if n):
+        model = TextModel.load(name, max_seq_len=2048, max_batch=8)
+        payload["matrices"] += matrix_level({name: model.runner.cfg}, rows, args.calls, args.repeats)
+        if not args.skip_steps:
+            payload["steps"][name] = step_level(model, name, args.context, args.rounds, args.repeats)
+        del model
+    print(f"wrote {write_results(args.out, payload)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

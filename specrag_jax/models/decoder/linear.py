@@ -1,0 +1,59 @@
+"""The decoder's projection: ``y = x @ kernel.T`` with the kernel stored ``[out, in]`` (as GGUF, safetensors and
+torch store it).
+
+Why ``[out, in]``: XLA:CPU multiplies a few rows (decode, a batch of drafts, a 16-token tree step) by an
+``[out, in]`` matrix, producing ``[out, rows]``, 3-4x faster than by an ``[in, out]`` one (Qwen2.5-1.5B's
+1536x8960 MLP matrix, 8 rows: 2.0 ms against 8.4 ms; 16 rows: 3.9 against 10.3; one row of the 8960x1536 down
+projection: 1.3 against 2.5; ``benchmarks/kernel_layout.py``). Writing the product as ``[out, rows]`` and
+transposing it behind an optimization barrier keeps XLA from folding the transpose back into the slow form.
+From ``SMALL_ROWS`` rows up, a plain ``x @ kernel.T`` is as fast (prefill: 1024 rows within 1%), and a matrix
+that fits in the cache gains only at one row, so the form is picked from the static row count and the kernel's
+size. Other platforms take the plain form (their matmul units choose layouts).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+SMALL_ROWS = 48  # measured crossover on a 2-core x86 CPU: at 64 rows both forms cost the same
+LARGE_KERNEL_BYTES = 4 << 20  # below this (a cache-resident matrix) only a single row gains from the form
+FEW_ROWS_FORM = True  # benchmarks/kernel_layout.py switches it off for its A/B
+OUT_IN_INIT = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal", in_axis=-1, out_axis=-2)
+
+
+def few_rows_form(rows: int, kernel_bytes: int) -> bool:
+    """Whether a ``rows``-row product with a ``kernel_bytes`` kernel takes the transposed ``[out, rows]`` form:
+    on CPU, one row, or under ``SMALL_ROWS`` rows of a matrix too large for the cache (measured: a 576x1536
+    matrix at 5-16 rows is 7-17% slower in this form, 2.1x faster at one row)."""
+    if not FEW_ROWS_FORM or jax.default_backend() != "cpu":
+        return False
+    return rows == 1 or (rows < SMALL_ROWS and kernel_bytes >= LARGE_KERNEL_BYTES)
+
+
+def project(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """``x [.., in] @ kernel[out, in].T`` -> ``[.., out]`` in ``x``'s dtype (the kernel cast to it)."""
+    kernel = kernel.astype(x.dtype)
+    if x.ndim == 2 and few_rows_form(x.shape[0], kernel.size * kernel.dtype.itemsize):
+        y = jnp.einsum("ti,oi->ot", x, kernel)
+        return jax.lax.optimization_barrier(y).T
+    return jnp.einsum("...i,oi->...o", x, kernel)
+
+
+class Linear(nn.Module):
+    """A projection with an ``[out, in]`` kernel (``nn.Dense``'s parameters, transposed) and an optional bias."""
+
+    features: int
+    use_bias: bool = False
+    dtype: jnp.dtype = jnp.float32
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        kernel = self.param("kernel", OUT_IN_INIT, (self.features, x.shape[-1]), self.param_dtype)
+        y = project(x.astype(self.dtype), kernel)
+        if self.use_bias:
+            bias = self.param("bias", nn.initializers.zeros, (self.features,), self.param_dtype)
+            y = y + bias.astype(self.dtype)
+        return y

@@ -1,0 +1,106 @@
+"""The decoder's projection (``[out, in]`` kernels): both product forms against a numpy reference, the form choice,
+and greedy tokens that do not depend on it."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specrag_jax.models.config import tiny_config
+from specrag_jax.models.decoder import linear
+from specrag_jax.models.decoder.linear import Linear, few_rows_form, project
+from specrag_jax.models.decoder.transformer import init_params
+from specrag_jax.models.executor.runner import ModelRunner
+from specrag_jax.models.generation import greedy_generate
+
+
+@pytest.fixture
+def force_form(monkeypatch):
+    """``force_form(True)``: every product under SMALL_ROWS rows takes the few-rows form; False: none does."""
+
+    def force(on: bool) -> None:
+        monkeypatch.setattr(linear, "FEW_ROWS_FORM", on)
+        monkeypatch.setattr(linear, "LARGE_KERNEL_BYTES", 0)
+        jax.clear_caches()
+
+    yield force
+    jax.clear_caches()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=st.sampled_from([1, 2, 5, 16, 47, 48, 49, 80]),
+    n_in=st.integers(1, 70),
+    n_out=st.integers(1, 70),
+    bf16=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_both_forms_equal_the_reference(rows, n_in, n_out, bf16, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, n_in), dtype=np.float32)
+    w = rng.standard_normal((n_out, n_in), dtype=np.float32)
+    dtype = jnp.bfloat16 if bf16 else jnp.float32
+    want = np.asarray(jnp.asarray(x, dtype), np.float64) @ np.asarray(jnp.asarray(w, dtype), np.float64).T
+    tol = 0.1 if bf16 else 1e-4
+    for on in (False, True):
+        linear.FEW_ROWS_FORM, saved = on, linear.LARGE_KERNEL_BYTES
+        linear.LARGE_KERNEL_BYTES = 0
+        try:
+            got = jax.jit(project)(jnp.asarray(x, dtype), jnp.asarray(w))
+        finally:
+            linear.FEW_ROWS_FORM, linear.LARGE_KERNEL_BYTES = True, saved
+        assert got.shape == (rows, n_out) and got.dtype == dtype
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol * max(1, n_in) ** 0.5)
+
+
+def test_adversarial_values_survive_the_transposed_form():
+    """Infinities, NaN and huge/tiny magnitudes come out where the reference puts them."""
+    x = np.array([[np.inf, 0.0, 1.0], [1e30, -1e30, 1e-30], [np.nan, 1.0, 1.0]], np.float32)
+    w = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [1e-30, 1e30, 0.0]], np.float32)
+    linear.FEW_ROWS_FORM, saved = True, linear.LARGE_KERNEL_BYTES
+    linear.LARGE_KERNEL_BYTES = 0
+    try:
+        got = np.asarray(jax.jit(project)(jnp.asarray(x), jnp.asarray(w)))
+    finally:
+        linear.LARGE_KERNEL_BYTES = saved
+    with np.errstate(all="ignore"):
+        want = x @ w.T
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5)
+
+
+def test_form_choice_follows_rows_and_kernel_size():
+    big, small = linear.LARGE_KERNEL_BYTES, 1 << 20
+    on_cpu = jax.default_backend() == "cpu"
+    assert few_rows_form(1, small) is on_cpu  # one row: always (cache-resident or not)
+    assert few_rows_form(16, big) is on_cpu and not few_rows_form(16, small)
+    assert not few_rows_form(linear.SMALL_ROWS, big) and not few_rows_form(512, big)
+
+
+def test_linear_kernel_is_out_in_with_bias():
+    module = Linear(7, use_bias=True)
+    variables = module.init(jax.random.PRNGKey(0), jnp.zeros((3, 5)))
+    assert variables["params"]["kernel"].shape == (7, 5) and variables["params"]["bias"].shape == (7,)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((3, 5)), jnp.float32)
+    k, b = variables["params"]["kernel"], jnp.arange(7.0)
+    y = module.apply({"params": {"kernel": k, "bias": b}}, x)
+    np.testing.assert_allclose(y, np.asarray(x) @ np.asarray(k).T + np.arange(7.0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_greedy_tokens_do_not_depend_on_the_form(arch, force_form):
+    """A batch of 5 prompts (5-row decode steps, a longer prefill) decodes the same tokens either way."""
+    cfg = tiny_config(arch)
+    prompts = [[5 + (i * 7 + j) % 60 for j in range(3 + 5 * i)] for i in range(5)]
+    out = {}
+    for on in (False, True):
+        force_form(on)
+        r = ModelRunner(cfg, init_params(cfg, seed=2), num_pages=64, page_size=4, max_seq_len=64)
+        out[on] = greedy_generate(r, prompts, 12)
+    assert out[True] == out[False]
