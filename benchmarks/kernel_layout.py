@@ -10,14 +10,24 @@ Two parts, one process, same machine state:
    form on against off (off = the plain ``x @ W.T`` on the same ``[out, in]`` weights), alternating
    off, on, on, off after one warm-up of each; every round retraces (``jax.clear_caches``) and compiles before
    it times. Greedy tokens of the decode steps must agree between the sides (asserted).
+3. With ``--before-tree DIR`` (a checkout of the code before, e.g. ``git worktree add DIR HEAD~1``): the same
+   steps on that code (its ``[in, out]`` kernels) against this code, each side in fresh processes alternating
+   before, after, after, before (``--rounds`` per side), the before side with its own ``--before-cache`` (the
+   converted-weights cache formats differ). Greedy tokens must agree.
 
     python benchmarks/kernel_layout.py --out benchmarks/results/kernel_layout.json
+    python benchmarks/kernel_layout.py --before-tree ../before --before-cache /tmp/before-cache --skip-matrices \
+        --out benchmarks/results/kernel_layout_before_after.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,7 +38,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import ALTERNATION, run_header, write_results
-from specrag_jax.models.decoder import linear
 from specrag_jax.models.executor.packing import Chunk
 from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.models.speculative.tree import build_tree, stack_trees
@@ -62,6 +71,8 @@ def matrix_shapes(cfg) -> dict[str, tuple[int, int]]:
 
 def matrix_level(configs: dict, rows: tuple[int, ...], calls: int, repeats: int) -> list[dict]:
     """Before/after milliseconds of every projection shape of ``configs`` (name -> ModelConfig) per row count."""
+    from specrag_jax.models.decoder import linear  # not in the code before (``--before-tree`` runs this file there)
+
     before = jax.jit(lambda x, w: x @ w)
     after = jax.jit(linear.project)
     rng = np.random.default_rng(0)
@@ -149,6 +160,8 @@ def step_timer(model, context: int, repeats: int):
 
 def step_level(model, name: str, context: int, rounds: int, repeats: int) -> dict:
     """The few-rows form off against on, per step kind of ``model`` (medians over the timed rounds)."""
+    from specrag_jax.models.decoder import linear
+
     run, release = step_timer(model, context, repeats)
     per_side: dict[str, list[dict]] = {"off": [], "on": []}
     tokens: dict[str, dict] = {}
@@ -175,29 +188,96 @@ def step_level(model, name: str, context: int, rounds: int, repeats: int) -> dic
     }
 
 
+def steps_once(name: str, context: int, repeats: int) -> dict:
+    """This process's code: load ``name`` and time each step kind once after its compile."""
+    from specrag_jax.models.text_model import TextModel
+
+    model = TextModel.load(name, max_seq_len=2048, max_batch=8)
+    run, release = step_timer(model, context, repeats)
+    try:
+        times, tokens = run()
+    finally:
+        release()
+    return {"times": times, "tokens": tokens}
+
+
+def _spawn(tree: Path, name: str, args: argparse.Namespace, cache: str | None) -> dict:
+    script = tree / "benchmarks" / Path(__file__).name
+    cmd = [sys.executable, str(script), "--steps-once", name, "--context", str(args.context)]
+    env = {**os.environ, "PYTHONPATH": str(tree), **({"SPECRAG_CACHE_DIR": cache} if cache else {})}
+    proc = subprocess.run(cmd + ["--repeats", str(args.repeats)], env=env, cwd=tree, capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        raise SystemExit(f"{script} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def before_after(names: list[str], args: argparse.Namespace) -> dict:
+    """Each step kind on the code of ``--before-tree`` against this code, fresh processes alternating."""
+    before = Path(args.before_tree).resolve()
+    shutil.copy(__file__, before / "benchmarks" / Path(__file__).name)  # the same timing code on both sides
+    after = Path(__file__).resolve().parent.parent
+    out = {}
+    for name in names:
+        order = ["before", "after"] + [("before", "after", "after", "before")[i % 4] for i in range(2 * args.rounds)]
+        runs: dict[str, list[dict]] = {"before": [], "after": []}
+        for i, side in enumerate(order):
+            tree, cache = (before, args.before_cache) if side == "before" else (after, None)
+            result = _spawn(tree, name, args, cache)
+            print(f"{name} {side}: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["times"].items()))
+            if i >= 2:  # one warm-up process per side (the weights cache, the page cache)
+                runs[side].append(result)
+        assert runs["before"][0]["tokens"] == runs["after"][0]["tokens"], (name, runs)
+        med = {s: {k: statistics.median(r["times"][k] for r in runs[s]) for k in runs[s][0]["times"]} for s in runs}
+        out[name] = {
+            "median_s": med,
+            "speedup": {k: round(med["before"][k] / med["after"][k], 3) for k in med["after"]},
+            "runs_s": {s: [r["times"] for r in runs[s]] for s in runs},
+            "greedy_tokens_equal": True,
+        }
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--rows", default=",".join(map(str, ROWS)))
     p.add_argument("--calls", type=int, default=40)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=2, help="timed rounds per side of the step-level A/B")
+    p.add_argument("--rounds", type=int, default=2, help="timed rounds per side of the step-level A/Bs")
     p.add_argument("--context", type=int, default=600, help="cached tokens before the timed steps")
     p.add_argument("--skip-steps", action="store_true")
+    p.add_argument("--skip-matrices", action="store_true")
+    p.add_argument("--before-tree", help="a checkout of the code before: compare whole steps against it")
+    p.add_argument("--before-cache", help="SPECRAG_CACHE_DIR for the --before-tree side")
+    p.add_argument("--steps-once", help=argparse.SUPPRESS)
     p.add_argument("--out", default="benchmarks/results/kernel_layout.json")
     args = p.parse_args(argv)
-    from specrag_jax.models.text_model import TextModel
+    if args.steps_once:
+        print("RESULT " + json.dumps(steps_once(args.steps_once, args.context, args.repeats)), flush=True)
+        return 0
+    names = [n for n in args.models.split(",") if n]
+    payload = {**run_header()}
+    if args.before_tree:
+        payload["before_tree_commit"] = subprocess.run(
+            ["git", "-C", args.before_tree, "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        payload["before_after"] = before_after(names, args)
+    else:
+        from specrag_jax.models.decoder import linear
+        from specrag_jax.models.text_model import TextModel
 
-    rows = tuple(int(r) for r in args.rows.split(","))
-    payload = {**run_header(), "small_rows": linear.SMALL_ROWS, "large_kernel_bytes": linear.LARGE_KERNEL_BYTES}
-    payload["platform"] = jax.default_backend()
-    payload["matrices"], payload["steps"] = [], {}
-    for name in (n for n in args.models.split(",") if n):
-        model = TextModel.load(name, max_seq_len=2048, max_batch=8)
-        payload["matrices"] += matrix_level({name: model.runner.cfg}, rows, args.calls, args.repeats)
-        if not args.skip_steps:
-            payload["steps"][name] = step_level(model, name, args.context, args.rounds, args.repeats)
-        del model
+        rows = tuple(int(r) for r in args.rows.split(","))
+        payload.update(small_rows=linear.SMALL_ROWS, large_kernel_bytes=linear.LARGE_KERNEL_BYTES)
+        payload["platform"] = jax.default_backend()
+        payload["matrices"], payload["steps"] = [], {}
+        for name in names:
+            model = TextModel.load(name, max_seq_len=2048, max_batch=8)
+            if not args.skip_matrices:
+                payload["matrices"] += matrix_level({name: model.runner.cfg}, rows, args.calls, args.repeats)
+            if not args.skip_steps:
+                payload["steps"][name] = step_level(model, name, args.context, args.rounds, args.repeats)
+            del model
     print(f"wrote {write_results(args.out, payload)}")
     return 0
 

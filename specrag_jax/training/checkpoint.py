@@ -24,7 +24,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.config import ModelConfig
+from specrag_jax.models.config import ModelConfig, kernel_in_out
 from specrag_jax.models.decoder.transformer import stack_layers
 
 FORMAT = 1
@@ -42,11 +42,29 @@ def base_fingerprint(cfg: ModelConfig, params: Any) -> str:
     h = hashlib.sha256(f"fingerprint-2:{cfg.arch}".encode())
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
     for path, leaf in sorted(leaves, key=lambda kv: jax.tree_util.keystr(kv[0])):
-        flat = np.asarray(leaf).reshape(-1)
-        stride = max(1, flat.size // _SAMPLE)
-        h.update(f"{jax.tree_util.keystr(path)}:{tuple(leaf.shape)}".encode())
-        h.update(np.ascontiguousarray(flat[::stride].astype(ml_dtypes.bfloat16)).tobytes())
+        name = "/".join(str(getattr(k, "key", k)) for k in path)
+        # hashed in the [in, out] order kernels had until cache format 3, so shipped adapters keep their base
+        values, shape = _in_out_sample(np.asarray(leaf), _swapped(name, cfg))
+        h.update(f"{jax.tree_util.keystr(path)}:{shape}".encode())
+        h.update(np.ascontiguousarray(values.astype(ml_dtypes.bfloat16)).tobytes())
     return h.hexdigest()[:16]
+
+
+def _swapped(leaf: str, cfg: ModelConfig) -> bool:
+    """Whether ``leaf`` is a dense kernel stored ``[out, in]`` (hashed as ``[in, out]``)."""
+    return leaf.endswith("kernel") and not kernel_in_out(leaf, cfg)
+
+
+def _in_out_sample(a: np.ndarray, swapped: bool) -> tuple[np.ndarray, tuple[int, ...]]:
+    """The strided sample of ``a`` flattened (its last two axes swapped first when ``swapped``) and that shape,
+    without copying the array."""
+    if not swapped:
+        flat = a.reshape(-1)
+        return flat[:: max(1, flat.size // _SAMPLE)], tuple(a.shape)
+    shape = (*a.shape[:-2], a.shape[-1], a.shape[-2])
+    picks = np.arange(0, a.size, max(1, a.size // _SAMPLE))
+    index = np.unravel_index(picks, shape)
+    return a[(*index[:-2], index[-1], index[-2])], shape
 
 
 def checkpoint_dir(path: str | Path) -> Path:

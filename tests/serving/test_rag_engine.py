@@ -56,11 +56,15 @@ def test_lossless_through_the_engines_equals_standard_and_direct(make_service, r
     rag_cfg = RAGConfig(n_docs=4, m=3, k=2, max_draft_tokens=10, max_answer_tokens=12, max_doc_tokens=40)
     direct = SpecRAG(*rag_models, subsets=rag_resources[0], config=dataclasses.replace(rag_cfg))
     svc = make_service(rag=rag_cfg).start()
+    answered = 0  # the random tiny verifier ends some answers at once (EOS first): no tree step to run there
     for q in QUESTIONS:
         want = direct.answer_methods(q, DOCS, ["standard", "lossless"])
         got = svc.rag(q, DOCS, "lossless", RequestContext())
         assert got.answer == want["lossless"].answer == want["standard"].answer
-        assert got.trace["speculation"]["steps"] >= 1
-    assert svc.unique_engines["verifier"].stats()["spec_steps"] >= len(QUESTIONS)  # trees ran in the engine
+        if got.answer:
+            answered += 1
+            assert got.trace["speculation"]["steps"] >= 1
+    assert answered >= 1
+    assert svc.unique_engines["verifier"].stats()["spec_steps"] >= answered  # trees ran in the engine
     for eng in svc.unique_engines.values():
         assert_pages_home(eng)

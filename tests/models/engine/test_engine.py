@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -124,7 +125,12 @@ def test_cancel_timeout_and_errors_release_pages(engine):
     release.set()
     with pytest.raises(RequestCancelled):
         slow.result(30)
-    timed = engine.submit_generate([], [[8] * 30], max_new_tokens=200, timeout=0.01)
+
+    def dawdle(_row, _out):  # each token takes 50 ms: the request outlives its 10 ms timeout (no race with EOS)
+        time.sleep(0.05)
+        return False
+
+    timed = engine.submit_generate([], [[7] * 30], max_new_tokens=200, timeout=0.01, stop_fn=dawdle)
     with pytest.raises(RequestTimeout):
         timed.result(30)
     with pytest.raises(SpecRagError, match="empty prompt"):
