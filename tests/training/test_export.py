@@ -108,6 +108,29 @@ def test_the_base_fingerprint_follows_the_weights_not_unused_config_fields(tiny)
     assert base_fingerprint(cfg, jax.tree_util.tree_map(lambda x: x * 1.5, params)) != fp
 
 
+def test_the_base_fingerprint_hashes_kernels_in_their_former_in_out_order(tiny):
+    """Adapters recorded their base's fingerprint while kernels were [in, out]: hashing today's [out, in]
+    kernels must give what the old rule gave on the transposed tree (so shipped adapters still match)."""
+    import hashlib
+
+    from specrag_jax.models.decoder.transformer import stack_layers
+    from specrag_jax.training.checkpoint import _SAMPLE, base_fingerprint
+
+    cfg, params = tiny
+    old_layout = jax.tree_util.tree_map_with_path(
+        lambda path, a: np.swapaxes(np.asarray(a), -1, -2) if str(path[-1].key) == "kernel" else np.asarray(a),
+        stack_layers(params, cfg.num_layers),
+    )
+    h = hashlib.sha256(f"fingerprint-2:{cfg.arch}".encode())  # the rule before cache format 3, verbatim
+    for path, leaf in sorted(
+        jax.tree_util.tree_flatten_with_path(old_layout)[0], key=lambda kv: jax.tree_util.keystr(kv[0])
+    ):
+        flat = leaf.reshape(-1)
+        h.update(f"{jax.tree_util.keystr(path)}:{tuple(leaf.shape)}".encode())
+        h.update(np.ascontiguousarray(flat[:: max(1, flat.size // _SAMPLE)].astype(ml_dtypes.bfloat16)).tobytes())
+    assert base_fingerprint(cfg, params) == h.hexdigest()[:16]
+
+
 def test_the_shipped_adapter_resolves_by_name_and_is_the_default_drafters():
     from specrag_jax.adapters import DEFAULT_ADAPTERS, KNOWN_ADAPTERS, default_adapter
     from specrag_jax.training.lora_merge import adapter_info
