@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import ALTERNATION, run_header, write_results
+from benchmarks.common import alternate_off_on, run_header, write_results
 from specrag_jax.models.executor.packing import Chunk
 from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.models.speculative.tree import build_tree, stack_trees
@@ -158,34 +158,45 @@ def step_timer(model, context: int, repeats: int):
     return run, release
 
 
+def paired(run, rounds: int, name: str, sides: tuple[str, str]) -> dict:
+    """``common.alternate_off_on`` over ``run(on) -> {"times", "tokens"}``: greedy tokens must agree between the two
+    sides (named ``sides``, off first); medians of the timed runs per side and the speedup of ``sides[1]``."""
+
+    def logged(on: bool) -> dict:
+        result = run(on)
+        times = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["times"].items())
+        print(f"{name} {sides[on]}: {times}", flush=True)
+        return result
+
+    warm, _, runs = alternate_off_on(logged, rounds)
+    assert warm["off"]["tokens"] == warm["on"]["tokens"], (name, warm)
+    times = {sides[on]: [r["times"] for r in runs["on" if on else "off"]] for on in (False, True)}
+    med = {side: {k: statistics.median(t[k] for t in ts) for k in ts[0]} for side, ts in times.items()}
+    return {
+        "median_s": med,
+        "speedup": {k: round(med[sides[0]][k] / med[sides[1]][k], 3) for k in med[sides[1]]},
+        "runs_s": times,
+        "greedy_tokens_equal": True,
+    }
+
+
 def step_level(model, name: str, context: int, rounds: int, repeats: int) -> dict:
     """The few-rows form off against on, per step kind of ``model`` (medians over the timed rounds)."""
     from specrag_jax.models.decoder import linear
 
     run, release = step_timer(model, context, repeats)
-    per_side: dict[str, list[dict]] = {"off": [], "on": []}
-    tokens: dict[str, dict] = {}
+
+    def with_form(on: bool) -> dict:
+        linear.FEW_ROWS_FORM = on
+        jax.clear_caches()
+        times, tokens = run()
+        return {"times": times, "tokens": tokens}
+
     try:
-        for i, side in enumerate(("off", "on") + tuple(ALTERNATION[j % 4] for j in range(2 * rounds))):
-            linear.FEW_ROWS_FORM = side == "on"
-            jax.clear_caches()
-            times, toks = run()
-            tokens.setdefault(side, toks)
-            if i >= 2:  # the first of each side is its warm-up
-                per_side[side].append(times)
-            print(f"{name} {side}: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in times.items()), flush=True)
+        return {"context_tokens": context, **paired(with_form, rounds, name, ("off", "on"))}
     finally:
         linear.FEW_ROWS_FORM = True
         release()
-    assert tokens["on"] == tokens["off"], (name, tokens)
-    med = {s: {k: statistics.median(t[k] for t in per_side[s]) for k in per_side[s][0]} for s in per_side}
-    return {
-        "context_tokens": context,
-        "median_s": med,
-        "speedup": {k: round(med["off"][k] / med["on"][k], 3) for k in med["on"]},
-        "runs": per_side,
-        "greedy_tokens_equal": True,
-    }
 
 
 def steps_once(name: str, context: int, repeats: int) -> dict:
@@ -217,25 +228,12 @@ def before_after(names: list[str], args: argparse.Namespace) -> dict:
     before = Path(args.before_tree).resolve()
     shutil.copy(__file__, before / "benchmarks" / Path(__file__).name)  # the same timing code on both sides
     after = Path(__file__).resolve().parent.parent
-    out = {}
-    for name in names:
-        order = ["before", "after"] + [("before", "after", "after", "before")[i % 4] for i in range(2 * args.rounds)]
-        runs: dict[str, list[dict]] = {"before": [], "after": []}
-        for i, side in enumerate(order):
-            tree, cache = (before, args.before_cache) if side == "before" else (after, None)
-            result = _spawn(tree, name, args, cache)
-            print(f"{name} {side}: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["times"].items()))
-            if i >= 2:  # one warm-up process per side (the weights cache, the page cache)
-                runs[side].append(result)
-        assert runs["before"][0]["tokens"] == runs["after"][0]["tokens"], (name, runs)
-        med = {s: {k: statistics.median(r["times"][k] for r in runs[s]) for k in runs[s][0]["times"]} for s in runs}
-        out[name] = {
-            "median_s": med,
-            "speedup": {k: round(med["before"][k] / med["after"][k], 3) for k in med["after"]},
-            "runs_s": {s: [r["times"] for r in runs[s]] for s in runs},
-            "greedy_tokens_equal": True,
-        }
-    return out
+
+    def spawn(name: str):
+        return lambda on: _spawn(after, name, args, None) if on else _spawn(before, name, args, args.before_cache)
+
+    # one warm-up process per side (the weights cache, the page cache), then the timed ones
+    return {name: paired(spawn(name), args.rounds, name, ("before", "after")) for name in names}
 
 
 def main(argv: list[str] | None = None) -> int:
