@@ -9,13 +9,17 @@ Two parts, one process, same machine state:
    5 rows (drafting), a 16-token tree step (lossless decoding), a 512-token prefill chunk, with the few-rows
    form on against off (off = the plain ``x @ W.T`` on the same ``[out, in]`` weights), alternating
    off, on, on, off after one warm-up of each; every round retraces (``jax.clear_caches``) and compiles before
-   it times. Greedy tokens of the decode steps must agree between the sides (asserted).
+   it times. Greedy tokens of the decode steps must agree between the sides (asserted). ``--knob
+   small-kernel-rows`` instead switches the rule for matrices under 4 MiB between stop 44's (the form at one row
+   only) and today's (up to ``SMALL_KERNEL_ROWS`` rows).
 3. With ``--before-tree DIR`` (a checkout of the code before, e.g. ``git worktree add DIR HEAD~1``): the same
    steps on that code (its ``[in, out]`` kernels) against this code, each side in fresh processes alternating
    before, after, after, before (``--rounds`` per side), the before side with its own ``--before-cache`` (the
    converted-weights cache formats differ). Greedy tokens must agree.
 
     python benchmarks/kernel_layout.py --out benchmarks/results/kernel_layout.json
+    python benchmarks/kernel_layout.py --models smollm2-135m-instruct --skip-matrices --knob small-kernel-rows \
+        --context 300 --out benchmarks/results/kernel_layout_small_kernel_rows.json
     python benchmarks/kernel_layout.py --before-tree ../before --before-cache /tmp/before-cache --skip-matrices \
         --out benchmarks/results/kernel_layout_before_after.json
 """
@@ -180,22 +184,34 @@ def paired(run, rounds: int, name: str, sides: tuple[str, str]) -> dict:
     }
 
 
-def step_level(model, name: str, context: int, rounds: int, repeats: int) -> dict:
-    """The few-rows form off against on, per step kind of ``model`` (medians over the timed rounds)."""
+# The step-level A/Bs: a switch of models/decoder/linear.py, its (off, on) values and the sides' names.
+KNOBS = {
+    "form": ("FEW_ROWS_FORM", (False, True), ("off", "on")),
+    # stop 44's rule (one row only for matrices under LARGE_KERNEL_BYTES) against today's SMALL_KERNEL_ROWS
+    "small-kernel-rows": ("SMALL_KERNEL_ROWS", (1, None), ("one_row", "small_kernel_rows")),
+}
+
+
+def step_level(model, name: str, context: int, rounds: int, repeats: int, knob: str = "form") -> dict:
+    """``knob``'s two settings against each other, per step kind of ``model`` (medians over the timed rounds)."""
     from specrag_jax.models.decoder import linear
 
+    attr, values, sides = KNOBS[knob]
+    saved = getattr(linear, attr)
+    values = tuple(saved if v is None else v for v in values)
     run, release = step_timer(model, context, repeats)
 
-    def with_form(on: bool) -> dict:
-        linear.FEW_ROWS_FORM = on
+    def with_setting(on: bool) -> dict:
+        setattr(linear, attr, values[on])
         jax.clear_caches()
         times, tokens = run()
         return {"times": times, "tokens": tokens}
 
     try:
-        return {"context_tokens": context, **paired(with_form, rounds, name, ("off", "on"))}
+        result = paired(with_setting, rounds, name, sides)
+        return {"context_tokens": context, "knob": attr, "values": dict(zip(sides, values)), **result}
     finally:
-        linear.FEW_ROWS_FORM = True
+        setattr(linear, attr, saved)
         release()
 
 
@@ -246,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=600, help="cached tokens before the timed steps")
     p.add_argument("--skip-steps", action="store_true")
     p.add_argument("--skip-matrices", action="store_true")
+    p.add_argument("--knob", choices=sorted(KNOBS), default="form", help="what the step-level A/B switches")
     p.add_argument("--before-tree", help="a checkout of the code before: compare whole steps against it")
     p.add_argument("--before-cache", help="SPECRAG_CACHE_DIR for the --before-tree side")
     p.add_argument("--steps-once", help=argparse.SUPPRESS)
@@ -266,7 +283,11 @@ def main(argv: list[str] | None = None) -> int:
         from specrag_jax.models.text_model import TextModel
 
         rows = tuple(int(r) for r in args.rows.split(","))
-        payload.update(small_rows=linear.SMALL_ROWS, large_kernel_bytes=linear.LARGE_KERNEL_BYTES)
+        payload.update(
+            small_rows=linear.SMALL_ROWS,
+            large_kernel_bytes=linear.LARGE_KERNEL_BYTES,
+            small_kernel_rows=linear.SMALL_KERNEL_ROWS,
+        )
         payload["platform"] = jax.default_backend()
         payload["matrices"], payload["steps"] = [], {}
         for name in names:
@@ -274,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.skip_matrices:
                 payload["matrices"] += matrix_level({name: model.runner.cfg}, rows, args.calls, args.repeats)
             if not args.skip_steps:
-                payload["steps"][name] = step_level(model, name, args.context, args.rounds, args.repeats)
+                payload["steps"][name] = step_level(model, name, args.context, args.rounds, args.repeats, args.knob)
             del model
     print(f"wrote {write_results(args.out, payload)}")
     return 0

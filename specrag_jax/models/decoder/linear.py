@@ -6,9 +6,11 @@ Why ``[out, in]``: XLA:CPU multiplies a few rows (decode, a batch of drafts, a 1
 1536x8960 MLP matrix, 8 rows: 2.0 ms against 8.4 ms; 16 rows: 3.9 against 10.3; one row of the 8960x1536 down
 projection: 1.3 against 2.5; ``benchmarks/kernel_layout.py``). Writing the product as ``[out, rows]`` and
 transposing it behind an optimization barrier keeps XLA from folding the transpose back into the slow form.
-From ``SMALL_ROWS`` rows up, a plain ``x @ kernel.T`` is as fast (prefill: 1024 rows within 1%), and a matrix
-that fits in the cache gains only at one row, so the form is picked from the static row count and the kernel's
-size. Other platforms take the plain form (their matmul units choose layouts).
+From ``SMALL_ROWS`` rows up, a plain ``x @ kernel.T`` is as fast (prefill: 1024 rows within 1%); a smaller
+matrix (SmolLM2's 576-wide ones) gains up to ``SMALL_KERNEL_ROWS`` rows when, as in a real step, it streams from
+memory (30 layers' matrices, 5 rows: 57 ms against 71 ms; 10-12 rows equal; 16 rows 5% slower), so the form is
+picked from the static row count and the kernel's size. Other platforms take the plain form (their matmul units
+choose layouts).
 """
 
 from __future__ import annotations
@@ -18,18 +20,19 @@ import jax
 import jax.numpy as jnp
 
 SMALL_ROWS = 48  # measured crossover on a 2-core x86 CPU: at 64 rows both forms cost the same
-LARGE_KERNEL_BYTES = 4 << 20  # below this (a cache-resident matrix) only a single row gains from the form
+LARGE_KERNEL_BYTES = 4 << 20  # a matrix this large takes the form under SMALL_ROWS rows
+SMALL_KERNEL_ROWS = 8  # a smaller one up to this many rows (streamed 576-wide matrices: crossover 10-12 rows)
 FEW_ROWS_FORM = True  # benchmarks/kernel_layout.py switches it off for its A/B
 OUT_IN_INIT = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal", in_axis=-1, out_axis=-2)
 
 
 def few_rows_form(rows: int, kernel_bytes: int) -> bool:
     """Whether a ``rows``-row product with a ``kernel_bytes`` kernel takes the transposed ``[out, rows]`` form:
-    on CPU, one row, or under ``SMALL_ROWS`` rows of a matrix too large for the cache (measured: a 576x1536
-    matrix at 5-16 rows is 7-17% slower in this form, 2.1x faster at one row)."""
+    on CPU, up to ``SMALL_KERNEL_ROWS`` rows, or under ``SMALL_ROWS`` rows of a ``LARGE_KERNEL_BYTES`` matrix
+    (measured in whole steps: SmolLM2's 5-row decode step 95 -> 77 ms; see ``benchmarks/kernel_layout.py``)."""
     if not FEW_ROWS_FORM or jax.default_backend() != "cpu":
         return False
-    return rows == 1 or (rows < SMALL_ROWS and kernel_bytes >= LARGE_KERNEL_BYTES)
+    return rows <= SMALL_KERNEL_ROWS or (rows < SMALL_ROWS and kernel_bytes >= LARGE_KERNEL_BYTES)
 
 
 def project(x: jax.Array, kernel: jax.Array) -> jax.Array:

@@ -78,7 +78,9 @@ def test_adversarial_values_survive_the_transposed_form():
 def test_form_choice_follows_rows_and_kernel_size():
     big, small = linear.LARGE_KERNEL_BYTES, 1 << 20
     on_cpu = jax.default_backend() == "cpu"
-    assert few_rows_form(1, small) is on_cpu  # one row: always (cache-resident or not)
+    assert few_rows_form(1, small) is on_cpu  # one row: always
+    k = linear.SMALL_KERNEL_ROWS
+    assert few_rows_form(k, small) is on_cpu and not few_rows_form(k + 1, small)  # a drafter's batch of drafts
     assert few_rows_form(16, big) is on_cpu and not few_rows_form(16, small)
     assert not few_rows_form(linear.SMALL_ROWS, big) and not few_rows_form(512, big)
 
