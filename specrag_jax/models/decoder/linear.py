@@ -23,6 +23,8 @@ SMALL_ROWS = 48  # measured crossover on a 2-core x86 CPU: at 64 rows both forms
 LARGE_KERNEL_BYTES = 4 << 20  # a matrix this large takes the form under SMALL_ROWS rows
 SMALL_KERNEL_ROWS = 8  # a smaller one up to this many rows (streamed 576-wide matrices: crossover 10-12 rows)
 FEW_ROWS_FORM = True  # benchmarks/kernel_layout.py switches it off for its A/B
+HEAD_FEW_ROWS_FORM = True  # the output head's form (logits_at); kernel_layout.py's head-form A/B switches it
+WIDE_HEAD_IN = 1024  # a head this wide gains from the form at 2-47 rows; a narrower one (576) loses from 8 rows
 OUT_IN_INIT = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal", in_axis=-1, out_axis=-2)
 
 
@@ -33,6 +35,25 @@ def few_rows_form(rows: int, kernel_bytes: int) -> bool:
     if not FEW_ROWS_FORM or jax.default_backend() != "cpu":
         return False
     return rows <= SMALL_KERNEL_ROWS or (rows < SMALL_ROWS and kernel_bytes >= LARGE_KERNEL_BYTES)
+
+
+def head_few_rows_form(rows: int, hidden: int) -> bool:
+    """Whether the output head (``[vocab, hidden]``, hundreds of MB) takes the few-rows form for ``rows`` rows:
+    on CPU, 2 to ``SMALL_ROWS - 1`` rows of a ``WIDE_HEAD_IN``-wide head (measured, streamed: Qwen2.5-1.5B's
+    151936x1536 head at 5 / 8 / 16 rows 71 / 66 / 70 ms against 175 / 116 / 153; SmolLM2's 49152x576 one at 8 /
+    16 rows 12.7 / 17.9 against 10.5 / 13.2; one row equal for both)."""
+    if not (FEW_ROWS_FORM and HEAD_FEW_ROWS_FORM) or jax.default_backend() != "cpu":
+        return False
+    return 1 < rows < SMALL_ROWS and hidden >= WIDE_HEAD_IN
+
+
+def head_logits(hidden: jax.Array, table: jax.Array) -> jax.Array:
+    """float32 ``hidden [R, H] @ table[vocab, H].T`` (the table's dtype for the product, float32 accumulation)."""
+    h = hidden.astype(table.dtype)
+    if h.ndim == 2 and head_few_rows_form(h.shape[0], h.shape[1]):
+        y = jnp.einsum("rh,vh->vr", h, table, preferred_element_type=jnp.float32)
+        return jax.lax.optimization_barrier(y).T
+    return jnp.einsum("rh,vh->rv", h, table, preferred_element_type=jnp.float32)
 
 
 def project(x: jax.Array, kernel: jax.Array) -> jax.Array:

@@ -19,7 +19,7 @@ from specrag_jax.kernels import KVPool
 from specrag_jax.kernels.metadata import AttentionMetadata
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.decoder.layers import GatedMLP, PagedAttention, RMSNorm
-from specrag_jax.models.decoder.linear import Linear
+from specrag_jax.models.decoder.linear import Linear, head_logits
 from specrag_jax.models.decoder.moe import SparseMoE
 
 
@@ -147,7 +147,7 @@ def logits_at(params: dict, cfg: ModelConfig, hidden: jax.Array) -> jax.Array:
     """float32 logits [R, vocab] for the given [R, hidden] rows (final soft-cap applied)."""
     # both tables are [vocab, hidden]: contract against them directly, no transposed copy
     w = params["embed"]["embedding"] if cfg.tie_embeddings else params["lm_head"]["kernel"]
-    logits = jnp.einsum("rh,vh->rv", hidden.astype(w.dtype), w, preferred_element_type=jnp.float32)
+    logits = head_logits(hidden, w)
     if cfg.final_logit_softcap is not None:
         logits = cfg.final_logit_softcap * jnp.tanh(logits / cfg.final_logit_softcap)
     return logits

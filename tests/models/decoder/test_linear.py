@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from specrag_jax.models.config import tiny_config
 from specrag_jax.models.decoder import linear
-from specrag_jax.models.decoder.linear import Linear, few_rows_form, project
+from specrag_jax.models.decoder.linear import Linear, few_rows_form, head_few_rows_form, head_logits, project
 from specrag_jax.models.decoder.transformer import init_params
 from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.generation import greedy_generate
@@ -20,15 +20,22 @@ from specrag_jax.models.generation import greedy_generate
 
 @pytest.fixture
 def force_form(monkeypatch):
-    """``force_form(True)``: every product under SMALL_ROWS rows takes the few-rows form; False: none does."""
+    """``force_form(True)``: every product under SMALL_ROWS rows (the output head's from 2 rows) takes the few-rows
+    form; False: none does."""
 
     def force(on: bool) -> None:
         monkeypatch.setattr(linear, "FEW_ROWS_FORM", on)
         monkeypatch.setattr(linear, "LARGE_KERNEL_BYTES", 0)
+        monkeypatch.setattr(linear, "WIDE_HEAD_IN", 0)  # the output head too
         jax.clear_caches()
 
     yield force
     jax.clear_caches()
+
+
+def took_form(fn, *args) -> bool:
+    """Whether ``fn`` traced to the few-rows form (its optimization barrier) for these arguments."""
+    return "optimization_barrier" in str(jax.make_jaxpr(lambda *a: fn(*a))(*args))  # a fresh trace
 
 
 @settings(max_examples=30, deadline=None)
@@ -49,8 +56,10 @@ def test_both_forms_equal_the_reference(rows, n_in, n_out, bf16, seed):
     for on in (False, True):
         linear.FEW_ROWS_FORM, saved = on, linear.LARGE_KERNEL_BYTES
         linear.LARGE_KERNEL_BYTES = 0
-        try:
-            got = jax.jit(project)(jnp.asarray(x, dtype), jnp.asarray(w))
+        try:  # a fresh function per side: jit would reuse the other side's trace of `project` itself
+            args = (jnp.asarray(x, dtype), jnp.asarray(w))
+            got = jax.jit(lambda a, b: project(a, b))(*args)
+            assert took_form(project, *args) is (on and few_rows_form(rows, 1) and jax.default_backend() == "cpu")
         finally:
             linear.FEW_ROWS_FORM, linear.LARGE_KERNEL_BYTES = True, saved
         assert got.shape == (rows, n_out) and got.dtype == dtype
@@ -64,7 +73,7 @@ def test_adversarial_values_survive_the_transposed_form():
     linear.FEW_ROWS_FORM, saved = True, linear.LARGE_KERNEL_BYTES
     linear.LARGE_KERNEL_BYTES = 0
     try:
-        got = np.asarray(jax.jit(project)(jnp.asarray(x), jnp.asarray(w)))
+        got = np.asarray(jax.jit(lambda a, b: project(a, b))(jnp.asarray(x), jnp.asarray(w)))
     finally:
         linear.LARGE_KERNEL_BYTES = saved
     with np.errstate(all="ignore"):
@@ -83,6 +92,43 @@ def test_form_choice_follows_rows_and_kernel_size():
     assert few_rows_form(k, small) is on_cpu and not few_rows_form(k + 1, small)  # a drafter's batch of drafts
     assert few_rows_form(16, big) is on_cpu and not few_rows_form(16, small)
     assert not few_rows_form(linear.SMALL_ROWS, big) and not few_rows_form(512, big)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=st.sampled_from([1, 2, 5, 16, 47, 48]),
+    hidden=st.integers(1, 40),
+    vocab=st.integers(1, 90),
+    bf16=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_head_logits_both_forms_equal_the_reference(rows, hidden, vocab, bf16, seed):
+    """The output head's product in float32 from a float32 or bfloat16 table, either form."""
+    rng = np.random.default_rng(seed)
+    h = rng.standard_normal((rows, hidden), dtype=np.float32)
+    table = jnp.asarray(rng.standard_normal((vocab, hidden), dtype=np.float32), jnp.bfloat16 if bf16 else jnp.float32)
+    want = np.asarray(jnp.asarray(h, table.dtype), np.float64) @ np.asarray(table, np.float64).T
+    tol = 0.05 if bf16 else 1e-4
+    saved = linear.WIDE_HEAD_IN, linear.HEAD_FEW_ROWS_FORM
+    for on in (False, True):
+        linear.WIDE_HEAD_IN, linear.HEAD_FEW_ROWS_FORM = 0, on
+        try:
+            got = jax.jit(lambda a, b: head_logits(a, b))(jnp.asarray(h), table)
+            assert took_form(head_logits, jnp.asarray(h), table) is (
+                on and 1 < rows < 48 and jax.default_backend() == "cpu"
+            )
+        finally:
+            linear.WIDE_HEAD_IN, linear.HEAD_FEW_ROWS_FORM = saved
+        assert got.shape == (rows, vocab) and got.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol * max(1, hidden) ** 0.5)
+
+
+def test_head_form_choice_follows_rows_and_width():
+    on_cpu = jax.default_backend() == "cpu"
+    wide, narrow = linear.WIDE_HEAD_IN, 576
+    assert not head_few_rows_form(1, wide)  # one row: equal cost, the plain form
+    assert head_few_rows_form(16, wide) is on_cpu and not head_few_rows_form(16, narrow)
+    assert not head_few_rows_form(linear.SMALL_ROWS, wide)
 
 
 def test_linear_kernel_is_out_in_with_bias():
