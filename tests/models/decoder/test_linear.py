@@ -115,7 +115,7 @@ def test_head_logits_both_forms_equal_the_reference(rows, hidden, vocab, bf16, s
         try:
             got = jax.jit(lambda a, b: head_logits(a, b))(jnp.asarray(h), table)
             assert took_form(head_logits, jnp.asarray(h), table) is (
-                on and 1 < rows < 48 and jax.default_backend() == "cpu"
+                on and 1 < rows < linear.SMALL_ROWS and jax.default_backend() == "cpu"
             )
         finally:
             linear.WIDE_HEAD_IN, linear.HEAD_FEW_ROWS_FORM = saved
