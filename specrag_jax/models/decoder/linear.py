@@ -50,19 +50,23 @@ def head_few_rows_form(rows: int, hidden: int) -> bool:
 def head_logits(hidden: jax.Array, table: jax.Array) -> jax.Array:
     """float32 ``hidden [R, H] @ table[vocab, H].T`` (the table's dtype for the product, float32 accumulation)."""
     h = hidden.astype(table.dtype)
-    if h.ndim == 2 and head_few_rows_form(h.shape[0], h.shape[1]):
-        y = jnp.einsum("rh,vh->vr", h, table, preferred_element_type=jnp.float32)
-        return jax.lax.optimization_barrier(y).T
-    return jnp.einsum("rh,vh->rv", h, table, preferred_element_type=jnp.float32)
+    few_rows = h.ndim == 2 and head_few_rows_form(h.shape[0], h.shape[1])
+    return _times_transposed(h, table, few_rows, jnp.float32)
 
 
 def project(x: jax.Array, kernel: jax.Array) -> jax.Array:
     """``x [.., in] @ kernel[out, in].T`` -> ``[.., out]`` in ``x``'s dtype (the kernel cast to it)."""
     kernel = kernel.astype(x.dtype)
-    if x.ndim == 2 and few_rows_form(x.shape[0], kernel.size * kernel.dtype.itemsize):
-        y = jnp.einsum("ti,oi->ot", x, kernel)
+    few_rows = x.ndim == 2 and few_rows_form(x.shape[0], kernel.size * kernel.dtype.itemsize)
+    return _times_transposed(x, kernel, few_rows)
+
+
+def _times_transposed(x: jax.Array, w: jax.Array, few_rows: bool, out_dtype=None) -> jax.Array:
+    """``x @ w.T`` for ``w [out, in]``: plain, or (``few_rows``) as ``[out, rows]`` transposed behind a barrier."""
+    if few_rows:
+        y = jnp.einsum("ti,oi->ot", x, w, preferred_element_type=out_dtype)
         return jax.lax.optimization_barrier(y).T
-    return jnp.einsum("...i,oi->...o", x, kernel)
+    return jnp.einsum("...i,oi->...o", x, w, preferred_element_type=out_dtype)
 
 
 class Linear(nn.Module):

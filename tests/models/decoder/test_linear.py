@@ -33,6 +33,23 @@ def force_form(monkeypatch):
     jax.clear_caches()
 
 
+def both_forms(fn, args, switches: dict, want_form: bool) -> list:
+    """``fn(*args)`` with the form off, then on (``linear``'s ``switches`` set, restored after): each side traced
+    freshly (jit would reuse the other side's trace of ``fn`` itself) and checked to take the form it should."""
+    outs = []
+    for on in (False, True):
+        saved = {name: getattr(linear, name) for name in switches}
+        for name, value in switches.items():
+            setattr(linear, name, on if value is None else value)
+        try:
+            outs.append(jax.jit(lambda *a: fn(*a))(*args))
+            assert took_form(fn, *args) is (on and want_form and jax.default_backend() == "cpu")
+        finally:
+            for name, value in saved.items():
+                setattr(linear, name, value)
+    return outs
+
+
 def took_form(fn, *args) -> bool:
     """Whether ``fn`` traced to the few-rows form (its optimization barrier) for these arguments."""
     return "optimization_barrier" in str(jax.make_jaxpr(lambda *a: fn(*a))(*args))  # a fresh trace
@@ -53,15 +70,9 @@ def test_both_forms_equal_the_reference(rows, n_in, n_out, bf16, seed):
     dtype = jnp.bfloat16 if bf16 else jnp.float32
     want = np.asarray(jnp.asarray(x, dtype), np.float64) @ np.asarray(jnp.asarray(w, dtype), np.float64).T
     tol = 0.1 if bf16 else 1e-4
-    for on in (False, True):
-        linear.FEW_ROWS_FORM, saved = on, linear.LARGE_KERNEL_BYTES
-        linear.LARGE_KERNEL_BYTES = 0
-        try:  # a fresh function per side: jit would reuse the other side's trace of `project` itself
-            args = (jnp.asarray(x, dtype), jnp.asarray(w))
-            got = jax.jit(lambda a, b: project(a, b))(*args)
-            assert took_form(project, *args) is (on and few_rows_form(rows, 1) and jax.default_backend() == "cpu")
-        finally:
-            linear.FEW_ROWS_FORM, linear.LARGE_KERNEL_BYTES = True, saved
+    args = (jnp.asarray(x, dtype), jnp.asarray(w))
+    switches = {"FEW_ROWS_FORM": None, "LARGE_KERNEL_BYTES": 0}
+    for got in both_forms(project, args, switches, rows < linear.SMALL_ROWS):
         assert got.shape == (rows, n_out) and got.dtype == dtype
         np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol * max(1, n_in) ** 0.5)
 
@@ -109,16 +120,8 @@ def test_head_logits_both_forms_equal_the_reference(rows, hidden, vocab, bf16, s
     table = jnp.asarray(rng.standard_normal((vocab, hidden), dtype=np.float32), jnp.bfloat16 if bf16 else jnp.float32)
     want = np.asarray(jnp.asarray(h, table.dtype), np.float64) @ np.asarray(table, np.float64).T
     tol = 0.05 if bf16 else 1e-4
-    saved = linear.WIDE_HEAD_IN, linear.HEAD_FEW_ROWS_FORM
-    for on in (False, True):
-        linear.WIDE_HEAD_IN, linear.HEAD_FEW_ROWS_FORM = 0, on
-        try:
-            got = jax.jit(lambda a, b: head_logits(a, b))(jnp.asarray(h), table)
-            assert took_form(head_logits, jnp.asarray(h), table) is (
-                on and 1 < rows < linear.SMALL_ROWS and jax.default_backend() == "cpu"
-            )
-        finally:
-            linear.WIDE_HEAD_IN, linear.HEAD_FEW_ROWS_FORM = saved
+    switches = {"WIDE_HEAD_IN": 0, "HEAD_FEW_ROWS_FORM": None}
+    for got in both_forms(head_logits, (jnp.asarray(h), table), switches, 1 < rows < linear.SMALL_ROWS):
         assert got.shape == (rows, vocab) and got.dtype == jnp.float32
         np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol * max(1, hidden) ** 0.5)
 
