@@ -1,7 +1,10 @@
 """Log-probabilities of chosen tokens without a full [tokens, vocab] logits array.
 
 The output projection is applied chunk by chunk over the vocabulary with an online log-sum-exp, so the
-largest live array is [rows, vocab_chunk] (Gemma 3's vocabulary has 262,144 entries).
+largest live array is [rows, vocab_chunk] (Gemma 3's vocabulary has 262,144 entries). The chunks are a free
+reshape of the output table whenever the vocabulary has a divisor near the wanted chunk (``vocab_chunk_size``):
+padding it instead copied the whole table on every call (Qwen2.5's 151,936 x 1,536 float32 table, 0.93 GB,
+into fresh memory each verification pass: measured 1.5x slower verification on this CPU, see ``README``).
 """
 
 from __future__ import annotations
@@ -13,10 +16,22 @@ from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.decoder.transformer import logits_at
 
 DEFAULT_VOCAB_CHUNK = 16384
+PAD_FREE_CHUNKS = True  # False: always ``DEFAULT_VOCAB_CHUNK`` rows, the padded table (benchmarks/verification_pass.py)
+
+
+def vocab_chunk_size(vocab: int, target: int = DEFAULT_VOCAB_CHUNK) -> int:
+    """The chunk ``token_logprobs`` splits a ``vocab``-row table into: the divisor of ``vocab`` nearest
+    ``target`` within [target / 2, 2 * target] (the table reshapes into chunks without a copy), else ``target``
+    (the table is padded with zero rows: a copy)."""
+    if vocab <= target or not PAD_FREE_CHUNKS:
+        return target
+    fits = [c for c in range(max(target // 2, 1), 2 * target + 1) if vocab % c == 0]
+    return min(fits, key=lambda c: (abs(c - target), c)) if fits else target
 
 
 def _vocab_chunks(params: dict, cfg: ModelConfig, chunk: int) -> tuple[jax.Array, int]:
-    """Output weights as [n_chunks, chunk, hidden] (vocab padded with zero rows) and the padding."""
+    """Output weights as [n_chunks, chunk, hidden] (vocab padded with zero rows when ``chunk`` does not divide
+    it) and the padding."""
     w = params["embed"]["embedding"] if cfg.tie_embeddings else params["lm_head"]["kernel"]  # both [V, H]
     vocab = w.shape[0]
     pad = (-vocab) % chunk
@@ -28,11 +43,13 @@ def _vocab_chunks(params: dict, cfg: ModelConfig, chunk: int) -> tuple[jax.Array
 def token_logprobs(
     params: dict, cfg: ModelConfig, hidden: jax.Array, targets: jax.Array, vocab_chunk: int = DEFAULT_VOCAB_CHUNK
 ) -> jax.Array:
-    """log p(targets[r] | hidden[r]) for [R, hidden] rows, float32 [R]."""
+    """log p(targets[r] | hidden[r]) for [R, hidden] rows, float32 [R] (the vocabulary in chunks of about
+    ``vocab_chunk`` rows, ``vocab_chunk_size``)."""
     vocab = cfg.vocab_size
     if vocab <= vocab_chunk:
         return jnp.take_along_axis(jax.nn.log_softmax(logits_at(params, cfg, hidden), -1), targets[:, None], -1)[:, 0]
-    w_chunks, _ = _vocab_chunks(params, cfg, vocab_chunk)
+    vocab_chunk = vocab_chunk_size(vocab, vocab_chunk)
+    w_chunks, pad = _vocab_chunks(params, cfg, vocab_chunk)
     h = hidden.astype(w_chunks.dtype)
     cap = cfg.final_logit_softcap
     rows = hidden.shape[0]
@@ -43,8 +60,8 @@ def token_logprobs(
         logits = jnp.einsum("rh,ch->rc", h, w, preferred_element_type=jnp.float32)
         if cap is not None:
             logits = cap * jnp.tanh(logits / cap)
-        ids = start + jnp.arange(vocab_chunk)
-        logits = jnp.where(ids[None, :] < vocab, logits, -jnp.inf)
+        if pad:  # the zero rows added to the table are not tokens
+            logits = jnp.where((start + jnp.arange(vocab_chunk))[None, :] < vocab, logits, -jnp.inf)
         new_max = jnp.maximum(run_max, logits.max(-1))
         run_sum = run_sum * jnp.exp(run_max - new_max) + jnp.exp(logits - new_max[:, None]).sum(-1)
         in_chunk = (targets >= start) & (targets < start + vocab_chunk)
