@@ -49,7 +49,8 @@ def token_logprobs(
     if vocab <= vocab_chunk:
         return jnp.take_along_axis(jax.nn.log_softmax(logits_at(params, cfg, hidden), -1), targets[:, None], -1)[:, 0]
     vocab_chunk = vocab_chunk_size(vocab, vocab_chunk)
-    w_chunks, pad = _vocab_chunks(params, cfg, vocab_chunk)
+    w_chunks, _ = _vocab_chunks(params, cfg, vocab_chunk)
+    beyond = w_chunks.shape[0] * vocab_chunk > vocab  # padding rows, or a table longer than the vocabulary
     h = hidden.astype(w_chunks.dtype)
     cap = cfg.final_logit_softcap
     rows = hidden.shape[0]
@@ -60,7 +61,7 @@ def token_logprobs(
         logits = jnp.einsum("rh,ch->rc", h, w, preferred_element_type=jnp.float32)
         if cap is not None:
             logits = cap * jnp.tanh(logits / cap)
-        if pad:  # the zero rows added to the table are not tokens
+        if beyond:  # rows past the vocabulary are not tokens
             logits = jnp.where((start + jnp.arange(vocab_chunk))[None, :] < vocab, logits, -jnp.inf)
         new_max = jnp.maximum(run_max, logits.max(-1))
         run_sum = run_sum * jnp.exp(run_max - new_max) + jnp.exp(logits - new_max[:, None]).sum(-1)

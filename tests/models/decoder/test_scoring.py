@@ -79,3 +79,16 @@ def test_real_vocabularies_are_scored_without_a_padded_table_copy():
     params = {"embed": {"embedding": jax.ShapeDtypeStruct((50_257, 64), jnp.float32)}}
     jaxpr = jax.make_jaxpr(lambda p, h, t: token_logprobs(p, cfg, h, t))(params, hidden, targets)
     assert "pad" in _primitives(jaxpr.jaxpr)
+
+
+def test_rows_past_the_vocabulary_are_not_tokens():
+    """A table longer than ``vocab_size`` (144 rows, 96 tokens: the chunk 48 divides both) scores over the
+    vocabulary only, as when the table has to be padded."""
+    cfg = dataclasses.replace(tiny_config("llama"), vocab_size=96, tie_embeddings=True)
+    rng = np.random.default_rng(0)
+    table = rng.normal(0, 2, (144, cfg.hidden_size)).astype(np.float32)
+    hidden = rng.normal(0, 1, (5, cfg.hidden_size)).astype(np.float32)
+    targets = rng.integers(0, 96, 5)
+    assert vocab_chunk_size(96, 64) == 48
+    got = token_logprobs({"embed": {"embedding": table}}, cfg, hidden, targets, 64)
+    np.testing.assert_allclose(np.asarray(got), _reference(hidden, table[:96], targets, None), rtol=1e-5, atol=1e-4)
