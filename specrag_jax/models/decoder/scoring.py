@@ -29,15 +29,15 @@ def vocab_chunk_size(vocab: int, target: int = DEFAULT_VOCAB_CHUNK) -> int:
     return min(fits, key=lambda c: (abs(c - target), c)) if fits else target
 
 
-def _vocab_chunks(params: dict, cfg: ModelConfig, chunk: int) -> tuple[jax.Array, int]:
+def _vocab_chunks(params: dict, cfg: ModelConfig, chunk: int) -> jax.Array:
     """Output weights as [n_chunks, chunk, hidden] (vocab padded with zero rows when ``chunk`` does not divide
-    it) and the padding."""
+    it)."""
     w = params["embed"]["embedding"] if cfg.tie_embeddings else params["lm_head"]["kernel"]  # both [V, H]
     vocab = w.shape[0]
     pad = (-vocab) % chunk
     if pad:
         w = jnp.pad(w, ((0, pad), (0, 0)))
-    return w.reshape(-1, chunk, w.shape[1]), pad
+    return w.reshape(-1, chunk, w.shape[1])
 
 
 def token_logprobs(
@@ -49,7 +49,7 @@ def token_logprobs(
     if vocab <= vocab_chunk:
         return jnp.take_along_axis(jax.nn.log_softmax(logits_at(params, cfg, hidden), -1), targets[:, None], -1)[:, 0]
     vocab_chunk = vocab_chunk_size(vocab, vocab_chunk)
-    w_chunks, _ = _vocab_chunks(params, cfg, vocab_chunk)
+    w_chunks = _vocab_chunks(params, cfg, vocab_chunk)
     beyond = w_chunks.shape[0] * vocab_chunk > vocab  # padding rows, or a table longer than the vocabulary
     h = hidden.astype(w_chunks.dtype)
     cap = cfg.final_logit_softcap
