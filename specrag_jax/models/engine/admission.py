@@ -85,6 +85,9 @@ class Admitter:
 
     def _admit_pages(self, req: Request) -> bool:
         ps = self.ps
+        if req.kind == "score" and req.inline_prefix:  # scored in the tree's own step: no pages
+            req.prefix_seq = Seq(req, -1, [], [])
+            return True
         if req.kind == "score":
             hit = self.cache.match(req.prefix, len(req.prefix) // ps)
             need = pages_needed(len(req.prefix), ps) - len(hit)

@@ -46,6 +46,10 @@ from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.speculative.decode import Speculation, SpeculationStats, check_can_speculate
 
+# Score a tree's prefix inside the tree's own step when no prefix cache would keep its K/V (the offline engines):
+# a benchmark switch (benchmarks/verification_pass.py --knob inline-prefix), read when a tree is submitted.
+INLINE_TREE_PREFIX = True
+
 
 class Engine:
     """Continuous batching for one model. Start with ``start()``; ``stop(drain=True)`` finishes in-flight work."""
@@ -293,7 +297,11 @@ class Engine:
             raise SpecRagError(
                 f"the tree needs positions up to {max(tree.positions)}; the context is {self.runner.max_seq_len} tokens"
             )
-        return self._enqueue(Request("score", prefix, tree=tree), timeout)
+        req = Request("score", prefix, tree=tree)
+        fits = len(prefix) + len(tree.tokens) <= self.config.token_budget
+        if INLINE_TREE_PREFIX and not self.cache.enabled and fits:
+            req.inline_prefix = prefix  # no cache would keep its K/V: one step for prefix and tree, not two
+        return self._enqueue(req, timeout)
 
     def _enqueue(self, req: Request, timeout: float | None) -> Request:
         need = worst_case_pages(req, self.runner.page_size, self.runner.max_seq_len)

@@ -26,6 +26,22 @@ from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.models.speculative.decode import SpeculationStats
 
 
+def tree_chunk(r: Request) -> Chunk:
+    """A score request's chunk: its tree over the prefix's pages, or, with an inline prefix, the prefix as a causal
+    chain the tree's roots attach to (nothing stored: one step where prefill-then-score took two)."""
+    t, kv_len, head = r.tree, len(r.prefix_seq.prompt), r.inline_prefix
+    n = len(head)
+    return Chunk(
+        r.prefix_seq.pages,
+        kv_len,
+        head + t.tokens,
+        parents=list(range(-1, n - 1)) + [p + n if p >= 0 else n - 1 for p in t.parents],
+        positions=list(range(kv_len, kv_len + n)) + list(t.positions),
+        write=False,
+        rows=[row + n for row in t.rows],
+    )
+
+
 @dataclasses.dataclass
 class Work:
     kind: str  # "sample" | "score"
@@ -89,7 +105,10 @@ class StepBuilder:
         trees = [
             r
             for r in eng.running
-            if r.kind == "score" and r.prefix_seq is not None and not r.prefix_seq.prefilling and r.prefix_seq.pages
+            if r.kind == "score"
+            and r.prefix_seq is not None
+            and not r.prefix_seq.prefilling
+            and (r.prefix_seq.pages or r.inline_prefix)
         ]
         seqs = self._seqs()
         skip = set(spec.seqs) if spec is not None else set()
@@ -155,19 +174,16 @@ class StepBuilder:
         work = Work("score", [], [], [], [], [], [])
         used = 0
         for r in trees:  # at most score_step_seqs chunks: scoring steps keep one sequence bucket (warmup.py)
-            t = r.tree
-            if work.trees and (used + len(t.tokens) > cfg.token_budget or len(work.chunks) >= cfg.score_step_seqs):
+            chunk = tree_chunk(r)
+            if work.trees and (
+                used + len(chunk.tokens) > cfg.token_budget or len(work.chunks) >= cfg.score_step_seqs
+            ):
                 break
-            p = r.prefix_seq
-            work.chunks.append(
-                Chunk(
-                    p.pages, len(p.prompt), t.tokens, parents=t.parents, positions=t.positions, write=False, rows=t.rows
-                )
-            )
-            work.targets.extend(t.targets)
+            work.chunks.append(chunk)
+            work.targets.extend(r.tree.targets)
             work.trees.append(r)
             work.requests.append(r)
-            used += len(t.tokens)
+            used += len(chunk.tokens)
         self._prefill_chunks(seqs, cfg.token_budget - used, False, work, max_chunks=cfg.score_step_seqs)
         return work
 

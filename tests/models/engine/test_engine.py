@@ -78,6 +78,28 @@ def test_branch_group_equals_generator_and_tree_scores_match(engine, tiny_model)
     assert_pages_home(engine)
 
 
+@pytest.mark.parametrize("budget", [64, 16])
+def test_offline_tree_scores_with_its_prefix_in_one_step(tiny_model, budget):
+    """Without a prefix cache the tree's prefix is scored inside the tree's step (one step, no pages), equal to a
+    caching engine's prefill-then-score; a prefix + tree over the token budget keeps the two steps."""
+    prefix = list(range(10, 31))  # 21 tokens: 5 full pages of 4 + 1
+    tokens, parents, positions = [50, 51, 52, 53, 54], [-1, 0, -1, 2, 1], [21, 22, 21, 22, 23]
+    rows, targets = [0, 1, 2, 3, 4, 1], [51, 60, 53, 61, 7, 54]
+    cached = Generator(tiny_model.runner, max_prefill_tokens=budget, prefix_cache=True)
+    offline = Generator(tiny_model.runner, max_prefill_tokens=budget)
+    want = cached.score_tree(prefix, tokens, parents, positions, rows, targets)
+    before = offline.engine.stats().get("steps", 0)
+    got = offline.score_tree(prefix, tokens, parents, positions, rows, targets)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    folded = len(prefix) + len(tokens) <= budget
+    prefill_steps = 0 if folded else -(-len(prefix) // budget)
+    assert offline.engine.stats()["steps"] - before == 1 + prefill_steps
+    assert cached.engine.stats()["steps"] >= 2  # the caching engine prefilled the prefix first
+    cached.engine.cache.clear()
+    assert_pages_home(cached.engine)
+    assert_pages_home(offline.engine)
+
+
 def test_prefix_cache_hits_on_repeated_question(engine):
     question = list(range(5, 69))  # 64 tokens = 16 pages of 4
     first = engine.submit_generate([], [question + [70]], max_new_tokens=4).result(60)
