@@ -287,7 +287,8 @@ class Engine:
         return self._enqueue(req, timeout)
 
     def submit_score(self, prefix: Sequence[int], tree: Tree, timeout: float | None = None) -> Request:
-        """Queue scoring of a token tree over ``prefix`` (the prefix K/V is cached, the tree's is dropped)."""
+        """Queue scoring of a token tree over ``prefix`` (the prefix K/V is cached, the tree's is dropped; without a
+        prefix cache a prefix that fits the token budget with its tree is scored in the tree's step, never stored)."""
         prefix = [int(t) for t in prefix]
         if not prefix:
             raise SpecRagError("a scored tree needs a non-empty prefix")

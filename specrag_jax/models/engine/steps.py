@@ -2,10 +2,11 @@
 
 A *sampling* step carries decode tokens (one per decoding sequence, first) and prefill chunks (the rest of
 the token budget, at most the backpressure chunk); a prefill chunk that ends its prompt asks for a sampled
-row. A *scoring* step carries verification trees (K/V dropped) and prefix-only prefill. A *speculation* step
-carries the token trees of the speculating decoding sequences (``spec_steps.py``); those sequences skip the
-sampling steps while they have proposals. The kinds that have work take turns (sample, speculate, score), so
-none waits more than two steps. All are packed and bucketed by ``ModelRunner.pack``.
+row. A *scoring* step carries verification trees (K/V dropped; an engine without a prefix cache puts each tree's
+prefix at the head of the tree's chunk, one step where prefill-then-score took two) and prefix-only prefill. A
+*speculation* step carries the token trees of the speculating decoding sequences (``spec_steps.py``); those
+sequences skip the sampling steps while they have proposals. The kinds that have work take turns (sample,
+speculate, score), so none waits more than two steps. All are packed and bucketed by ``ModelRunner.pack``.
 """
 
 from __future__ import annotations
@@ -175,9 +176,7 @@ class StepBuilder:
         used = 0
         for r in trees:  # at most score_step_seqs chunks: scoring steps keep one sequence bucket (warmup.py)
             chunk = tree_chunk(r)
-            if work.trees and (
-                used + len(chunk.tokens) > cfg.token_budget or len(work.chunks) >= cfg.score_step_seqs
-            ):
+            if work.trees and (used + len(chunk.tokens) > cfg.token_budget or len(work.chunks) >= cfg.score_step_seqs):
                 break
             work.chunks.append(chunk)
             work.targets.extend(r.tree.targets)
