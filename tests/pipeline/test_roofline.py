@@ -167,13 +167,13 @@ def test_answers_beside_background_loading_are_left_out_of_the_roofline(monkeypa
     verifier = tiny_text_model("tiny:llama", seed=2, num_pages=96, page_size=16, max_seq_len=1024)
     sizes = dict(n_docs=2, m=2, k=1, max_draft_tokens=4, max_answer_tokens=3, max_doc_tokens=40)
     rag = SpecRAG(drafter, verifier, subsets=lexical_subsets(), config=RAGConfig(**sizes))
-    rows = evaluation.load_questions(Path(__file__).parent / "data" / "mini_eval.jsonl")[:1] * 3
+    rows = evaluation.load_questions(Path(__file__).parent / "data" / "mini_eval.jsonl")[:1] * 2
     calls = iter(range(100))
     monkeypatch.setattr(evaluation, "background_stats", lambda: CompileStats(backend_s=60.0 * next(calls)))
     res = evaluation.evaluate(rag, rows, ["standard"], progress=False)
     assert res["methods"]["standard"]["roofline"] == {}  # 60 s of loading beside every answer
-    assert [p["background_load_s"] for p in res["predictions"]] == [60.0] * 3
+    assert [p["background_load_s"] for p in res["predictions"]] == [60.0] * 2
     monkeypatch.undo()
     quiet = evaluation.evaluate(rag, rows, ["standard"], progress=False)  # repeats: nothing compiles or loads
-    assert quiet["methods"]["standard"]["roofline"]["standard.prefill"]["questions"] >= 2
-    assert all(p["background_load_s"] == 0.0 for p in quiet["predictions"][1:])
+    assert quiet["methods"]["standard"]["roofline"]["standard.prefill"]["questions"] == 2
+    assert all(p["background_load_s"] == 0.0 for p in quiet["predictions"])
