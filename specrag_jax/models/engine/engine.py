@@ -301,7 +301,7 @@ class Engine:
         req = Request("score", prefix, tree=tree)
         fits = len(prefix) + len(tree.tokens) <= self.config.token_budget
         if INLINE_TREE_PREFIX and not self.cache.enabled and fits:
-            req.inline_prefix = prefix  # no cache would keep its K/V: one step for prefix and tree, not two
+            req.inline_prefix = True  # no cache would keep its K/V: one step for prefix and tree, not two
         return self._enqueue(req, timeout)
 
     def _enqueue(self, req: Request, timeout: float | None) -> Request:

@@ -117,7 +117,7 @@ class Request:
     prefix_seq: Seq | None = None
     # score: the prefix tokens scored inside the tree's own step instead of prefilled into pages first (an engine
     # without a prefix cache keeps no prefix K/V, so a separate prefill step would only cost a pass over the weights)
-    inline_prefix: list[int] = dataclasses.field(default_factory=list)
+    inline_prefix: bool = False
     shared_len: int = 0
     cached_tokens: int = 0  # prompt tokens served by the prefix cache
     submitted_at: float = dataclasses.field(default_factory=time.perf_counter)

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from specrag_jax.kernels import chain_parents
 from specrag_jax.models.engine.policy import SchedulerConfig
 from specrag_jax.models.engine.requests import PhaseError, Request, Seq, TopLogprobs, top_of
 from specrag_jax.models.engine.rules import finish_reason, next_phase_prompt
@@ -30,13 +31,14 @@ from specrag_jax.models.speculative.decode import SpeculationStats
 def tree_chunk(r: Request) -> Chunk:
     """A score request's chunk: its tree over the prefix's pages, or, with an inline prefix, the prefix as a causal
     chain the tree's roots attach to (nothing stored: one step where prefill-then-score took two)."""
-    t, kv_len, head = r.tree, len(r.prefix_seq.prompt), r.inline_prefix
+    t, kv_len = r.tree, len(r.prefix_seq.prompt)
+    head = list(r.prefix) if r.inline_prefix else []
     n = len(head)
     return Chunk(
         r.prefix_seq.pages,
         kv_len,
         head + t.tokens,
-        parents=list(range(-1, n - 1)) + [p + n if p >= 0 else n - 1 for p in t.parents],
+        parents=chain_parents(n).tolist() + [p + n if p >= 0 else n - 1 for p in t.parents],
         positions=list(range(kv_len, kv_len + n)) + list(t.positions),
         write=False,
         rows=[row + n for row in t.rows],
