@@ -238,4 +238,5 @@ class DrafterDataBuilder:
             "question_id": row.get("question_id"),
             "drafter": self.drafter.name,
             "teacher": self.teacher.name,
+            "rationale": rationale,
         }

@@ -5,7 +5,11 @@ file's format) or ``--corpus C`` (documents only: the teacher writes a question 
 ``--synthetic N`` passages first, ``pipeline.synthetic_questions``). Output: JSON lines, one example per line
 (``prompt``, ``target``, ``prompt_ids``, ``target_ids`` and provenance), written atomically (a temporary file
 renamed into place), and a summary (kept, rejected by reason, skipped rows by reason, checks passed, wall
-time) printed and written beside it as ``<out>.summary.json``.
+time) printed and written beside it as ``<out>.summary.json``, and the examples' records (``<out>.records.jsonl``:
+what the teacher wrote and the ids and fingerprints of the passages it read, no passage text;
+``pipeline.drafter_records``). ``--replay RECORDS`` rebuilds a records file's examples from the passages of
+``--data`` or ``--corpus`` with no teacher, so teacher work built from evaluation data is kept in the repository
+without the data.
 """
 
 from __future__ import annotations
@@ -51,6 +55,12 @@ def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
         "passages); default answer (a citation alone keeps rationales that contradict the gold answer)",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--replay",
+        metavar="RECORDS",
+        help="rebuild the examples of a records file (written beside every output as <out>.records.jsonl) from "
+        "the passages of --data or --corpus, with no teacher (pipeline.drafter_records)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(drafter_data_main=drafter_data_main)
@@ -83,6 +93,41 @@ def _write_atomic(path: Path, lines: list[str]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def records_path(out: Path) -> Path:
+    """Where the records of an output file go (``<out>.records.jsonl``)."""
+    return out.with_name(out.name + ".records.jsonl")
+
+
+def _replay_main(args: argparse.Namespace, rows: list[dict], corpus: list[dict], out: Path, t0: float) -> int:
+    """``--replay``: the examples of a records file, rebuilt from the given passages without a teacher."""
+    from specrag_jax.models.text_model import TextModel
+    from specrag_jax.pipeline.drafter_records import passages_by_source, read_records, replay_examples
+
+    records = read_records(args.replay)
+    passages = passages_by_source(rows, corpus)
+    drafter = TextModel.load(args.drafter, max_batch=1)
+    examples, too_long = replay_examples(
+        drafter, records, passages, max_doc_tokens=args.max_doc_tokens, max_tokens=args.max_tokens
+    )
+    if not examples:
+        raise SpecRagError(f"no record of {args.replay} fits --max-tokens {args.max_tokens}")
+    _write_atomic(out, [json.dumps(e, ensure_ascii=False) + "\n" for e in examples])
+    summary = {
+        "out": str(out),
+        "replay": args.replay,
+        "source": args.data or args.corpus,
+        "drafter": args.drafter,
+        "records": len(records),
+        "kept": len(examples),
+        "skipped_too_long": too_long,
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "command": "specrag " + " ".join(sys.argv[1:]),
+    }
+    _write_atomic(out.with_name(out.name + ".summary.json"), [json.dumps(summary, indent=1) + "\n"])
+    print(json.dumps(summary) if args.json else f"{len(examples)} examples from {len(records)} records -> {out}")
+    return 0
+
+
 def drafter_data_main(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -91,6 +136,7 @@ def drafter_data_main(args: argparse.Namespace) -> int:
     from specrag_jax.models.text_model import TextModel
     from specrag_jax.pipeline.clustering import clustered_subsets
     from specrag_jax.pipeline.drafter_data import DrafterDataBuilder
+    from specrag_jax.pipeline.drafter_records import passages_by_source, records_from_examples
     from specrag_jax.pipeline.factory import lexical_search
     from specrag_jax.pipeline.synthetic_questions import synthetic_rows
     from specrag_jax.retrieval import Embedder, LexicalIndex
@@ -102,6 +148,8 @@ def drafter_data_main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     t0 = time.perf_counter()
     rows, corpus = _source_rows(args)
+    if args.replay is not None:
+        return _replay_main(args, rows, corpus, out, t0)
     drafter = TextModel.load(args.drafter, max_batch=args.m)
     teacher = drafter if args.teacher == args.drafter else TextModel.load(args.teacher, max_batch=args.m)
     dropped: dict[str, int] = {}
@@ -130,6 +178,8 @@ def drafter_data_main(args: argparse.Namespace) -> int:
             f"{builder.stats.rejected or 'none'}; skipped rows: {builder.stats.skipped_rows or 'none'})"
         )
     _write_atomic(out, lines)
+    records = records_from_examples([json.loads(line) for line in lines], passages_by_source(rows, corpus))
+    _write_atomic(records_path(out), [json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records])
     summary = {
         "out": str(out),
         "source": args.data or args.corpus,

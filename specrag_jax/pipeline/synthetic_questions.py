@@ -55,7 +55,8 @@ def synthetic_rows(
     """Question rows written by ``teacher`` from ``passages``; also counts of what was dropped and why.
 
     Each row's context (the passage and its BM25 neighbours) is shuffled with a key of ``seed`` and the
-    passage id, so the answering passage is not always first."""
+    passage id, so the answering passage is not always first. The context keeps the corpus's passage ids, so an
+    example's ``doc_ids`` name corpus passages (``drafter_records`` stores examples by them)."""
     rows: list[dict] = []
     dropped: dict[str, int] = {}
     for start in range(0, len(passages), batch):
@@ -87,7 +88,9 @@ def synthetic_rows(
                     "ground_truth": [answer],
                     "question_id": f"synthetic-{passage['id']}",
                     "source_passage": passage.get("id"),
-                    "context": [{"title": d.get("title", ""), "text": d.get("text", "")} for d in context],
+                    "context": [
+                        {"id": d.get("id"), "title": d.get("title", ""), "text": d.get("text", "")} for d in context
+                    ],
                 }
             )
     return rows, dropped

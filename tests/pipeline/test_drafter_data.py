@@ -159,6 +159,7 @@ def test_synthetic_questions_are_parsed_grounded_and_shuffled():
     [row] = rows
     assert row["ground_truth"] == ["The Romans"] and len(row["context"]) == 4
     assert passage["text"] in [c["text"] for c in row["context"]]
+    assert sorted(c["id"] for c in row["context"]) == ["d0", "d1", "d2", "d3"]  # the corpus's ids are kept
 
 
 def test_teacher_prompt_numbers_documents_as_the_drafter_sees_them():
@@ -198,6 +199,11 @@ def test_cli_writes_exact_prompts_with_real_models(tmp_path):
             ex = json.loads(line)
             assert tok.encode_rendered(ex["prompt"]) == ex["prompt_ids"]  # text and ids agree
             assert ex["prompt"].endswith("## Rationale:") and ex["checks"]
+        replayed = tmp_path / "replayed.jsonl"  # the records rebuild the same examples with the real tokenizer
+        records = str(out.parent / "drafter.jsonl.records.jsonl")
+        args = ["--data", str(data), "--out", str(replayed), "--drafter", "smollm2-135m-instruct", "-q"]
+        assert cli_main(["make-drafter-data", *args, "--replay", records]) == 0
+        assert replayed.read_text() == out.read_text()
     else:  # nothing passed: a one-line error, and no output file
         assert not out.exists()
 
