@@ -59,7 +59,8 @@ def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
         "--replay",
         metavar="RECORDS",
         help="rebuild the examples of a records file (written beside every output as <out>.records.jsonl) from "
-        "the passages of --data or --corpus, with no teacher (pipeline.drafter_records)",
+        "the passages of --data or --corpus, with no teacher (pipeline.drafter_records); only records whose "
+        "checks pass --require are kept",
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -106,11 +107,16 @@ def _replay_main(args: argparse.Namespace, rows: list[dict], corpus: list[dict],
     records = read_records(args.replay)
     passages = passages_by_source(rows, corpus)
     drafter = TextModel.load(args.drafter, max_batch=1)
-    examples, too_long = replay_examples(
-        drafter, records, passages, max_doc_tokens=args.max_doc_tokens, max_tokens=args.max_tokens
+    examples, skipped = replay_examples(
+        drafter,
+        records,
+        passages,
+        max_doc_tokens=args.max_doc_tokens,
+        max_tokens=args.max_tokens,
+        require=args.require,
     )
     if not examples:
-        raise SpecRagError(f"no record of {args.replay} fits --max-tokens {args.max_tokens}")
+        raise SpecRagError(f"no record of {args.replay} is kept (skipped: {skipped})")
     _write_atomic(out, [json.dumps(e, ensure_ascii=False) + "\n" for e in examples])
     summary = {
         "out": str(out),
@@ -119,7 +125,8 @@ def _replay_main(args: argparse.Namespace, rows: list[dict], corpus: list[dict],
         "drafter": args.drafter,
         "records": len(records),
         "kept": len(examples),
-        "skipped_too_long": too_long,
+        "require": args.require,
+        "skipped": skipped,
         "wall_s": round(time.perf_counter() - t0, 2),
         "command": "specrag " + " ".join(sys.argv[1:]),
     }

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.pipeline.drafter_data import draft_target
+from specrag_jax.pipeline.drafter_data import REQUIRE, draft_target, passes
 from specrag_jax.pipeline.drafting import draft_prompts, truncate_docs
 from specrag_jax.pipeline.prompts import RESPONSE_TAG
 from specrag_jax.retrieval.corpus import iter_json_lines
@@ -109,15 +109,23 @@ def replay_examples(
     *,
     max_doc_tokens: int = 160,
     max_tokens: int = 1024,
-) -> tuple[list[dict[str, Any]], int]:
+    require: str | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The training examples the records stand for, built as ``DrafterDataBuilder`` builds them for ``drafter``
-    (same prompts, targets and fields); also how many were skipped as longer than ``max_tokens``."""
+    (same prompts, targets and fields), keeping only records whose checks pass ``require`` (``REQUIRE``; None:
+    all); also how many were skipped, by reason."""
+    if require is not None and require not in REQUIRE:
+        raise SpecRagError(f"require must be one of {', '.join(REQUIRE)} (got {require!r})")
     tok = drafter.tokenizer
-    examples, too_long = [], 0
+    examples: list[dict[str, Any]] = []
+    skipped: dict[str, int] = {}
     for n, r in enumerate(records, 1):
         missing = [f for f in RECORD_FIELDS if f not in r]
         if missing:
             raise SpecRagError(f"record {n} lacks {', '.join(missing)}")
+        if require is not None and not passes(r["checks"], require):
+            skipped[f"fails {require}"] = skipped.get(f"fails {require}", 0) + 1
+            continue
         docs = _lookup(r, passages)
         changed = [i for i, d, fp in zip(r["doc_ids"], docs, r["doc_fingerprints"]) if passage_fingerprint(d) != fp]
         if changed or len(r["doc_fingerprints"]) != len(docs):
@@ -130,7 +138,7 @@ def replay_examples(
         target = draft_target(r["rationale"], r["answers"][0])
         target_ids = tok.encode(target, add_bos=False)
         if len(prefix_ids) + len(suffix) + len(target_ids) > max_tokens:
-            too_long += 1
+            skipped["longer than max_tokens"] = skipped.get("longer than max_tokens", 0) + 1
             continue
         examples.append(
             {
@@ -149,7 +157,7 @@ def replay_examples(
                 "rationale": r["rationale"],
             }
         )
-    return examples, too_long
+    return examples, skipped
 
 
 def read_records(path: str | Path) -> list[dict]:

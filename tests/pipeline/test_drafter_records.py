@@ -43,15 +43,25 @@ def test_records_replay_to_the_same_examples(drafter, max_doc_tokens):
     records = records_from_examples(examples, passages)
     text = json.dumps(records)
     assert not any(d["text"] in text for d in QROW["context"])  # no passage text is stored
-    replayed, too_long = replay_examples(drafter, records, passages, max_doc_tokens=max_doc_tokens)
-    assert replayed == examples and too_long == 0
+    replayed, skipped = replay_examples(drafter, records, passages, max_doc_tokens=max_doc_tokens)
+    assert replayed == examples and skipped == {}
     if max_doc_tokens == 200:  # negative control: other truncation, other prompts
         assert replay_examples(drafter, records, passages, max_doc_tokens=2)[0] != examples
     # a row without a question id is found by its question text
     rowless = [{k: v for k, v in ex.items() if k != "question_id"} for ex in _examples(drafter, ROW, max_doc_tokens)]
     assert replay_examples(drafter, records_from_examples(rowless, passages), passages_by_source([ROW]))[0]
     # a tighter max_tokens skips what no longer fits, as the builder does
-    assert replay_examples(drafter, records, passages, max_doc_tokens=max_doc_tokens, max_tokens=5) == ([], 2)
+    assert replay_examples(drafter, records, passages, max_doc_tokens=max_doc_tokens, max_tokens=5) == (
+        [],
+        {"longer than max_tokens": 2},
+    )
+    # --require filters by the checks the teacher's rationale passed when it was written
+    grounded, skipped = replay_examples(drafter, records, passages, max_doc_tokens=max_doc_tokens, require="grounded")
+    expected = [ex for ex in examples if "grounded" in ex["checks"]]  # whole passages: the Hamlet subset only
+    assert len(expected) == (1 if max_doc_tokens == 200 else 0)
+    assert grounded == expected and skipped == {"fails grounded": 2 - len(expected)}
+    with pytest.raises(SpecRagError, match="require must be one of"):
+        replay_examples(drafter, records, passages, require="cited")
 
 
 def test_corpus_records_name_corpus_passages(drafter):
