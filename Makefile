@@ -8,7 +8,7 @@ QUESTION ?= How do I leave a loop early in Python?
 # (TEST_WORKERS=0 runs the suite in this process).
 TEST_WORKERS ?= 2
 
-.PHONY: install run test format bench drafter-adapter clean
+.PHONY: install run test format bench drafter-adapter drafter-adapter-synth clean
 
 install: $(VENV)/.installed
 
@@ -51,6 +51,24 @@ drafter-adapter: install
 	rm -rf $(ADAPTER_BUILD)/export
 	$(BIN)/specrag export-adapter --run $(ADAPTER_BUILD)/run --out $(ADAPTER_BUILD)/export
 	rm -rf specrag_jax/adapters/smollm2-rag-drafter && mv $(ADAPTER_BUILD)/export specrag_jax/adapters/smollm2-rag-drafter
+
+# Rebuild smollm2-rag-drafter-synth (specrag_jax/adapters/README.md) from the tracked teacher records
+# (drafter_records/README.md): the examples are replayed from the dev file's passages with no teacher (seconds),
+# only the grounded ones are kept, then LoRA training and the bfloat16 export (about 30 min on a 2-core CPU).
+SYNTH_BUILD ?= build/drafter_synth
+SYNTH_FLAGS ?= --lora-rank 8 --steps 100 --lr 4e-4 --warmup 6 --batch 4 --max-len 512 --eval-every 25
+drafter-adapter-synth: install
+	$(BIN)/python benchmarks/pool_corpus.py --data $(DEV_DATA) --split train-fit --out $(SYNTH_BUILD)/corpus.jsonl
+	$(BIN)/specrag make-drafter-data --data $(DEV_DATA) --split train-fit --require grounded \
+		--replay drafter_records/train_fit.records.jsonl --out $(SYNTH_BUILD)/questions.jsonl
+	$(BIN)/specrag make-drafter-data --corpus $(SYNTH_BUILD)/corpus.jsonl --require grounded \
+		--replay drafter_records/synthetic_train_fit.records.jsonl --out $(SYNTH_BUILD)/synthetic.jsonl
+	cat $(SYNTH_BUILD)/questions.jsonl $(SYNTH_BUILD)/synthetic.jsonl > $(SYNTH_BUILD)/train.jsonl
+	rm -rf $(SYNTH_BUILD)/run
+	$(BIN)/specrag train --data $(SYNTH_BUILD)/train.jsonl --out $(SYNTH_BUILD)/run $(SYNTH_FLAGS)
+	rm -rf $(SYNTH_BUILD)/export
+	$(BIN)/specrag export-adapter --run $(SYNTH_BUILD)/run --out $(SYNTH_BUILD)/export
+	rm -rf specrag_jax/adapters/smollm2-rag-drafter-synth && mv $(SYNTH_BUILD)/export specrag_jax/adapters/smollm2-rag-drafter-synth
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
