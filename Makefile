@@ -59,11 +59,9 @@ SYNTH_BUILD ?= build/drafter_synth
 SYNTH_FLAGS ?= --lora-rank 8 --steps 100 --lr 4e-4 --warmup 6 --batch 4 --max-len 512 --eval-every 25
 drafter-adapter-synth: install
 	$(BIN)/python benchmarks/pool_corpus.py --data $(DEV_DATA) --split train-fit --out $(SYNTH_BUILD)/corpus.jsonl
-	$(BIN)/specrag make-drafter-data --data $(DEV_DATA) --split train-fit --require grounded \
-		--replay drafter_records/train_fit.records.jsonl --out $(SYNTH_BUILD)/questions.jsonl
-	$(BIN)/specrag make-drafter-data --corpus $(SYNTH_BUILD)/corpus.jsonl --require grounded \
-		--replay drafter_records/synthetic_train_fit.records.jsonl --out $(SYNTH_BUILD)/synthetic.jsonl
-	cat $(SYNTH_BUILD)/questions.jsonl $(SYNTH_BUILD)/synthetic.jsonl > $(SYNTH_BUILD)/train.jsonl
+	$(BIN)/specrag make-drafter-data --data $(DEV_DATA) --split train-fit --corpus $(SYNTH_BUILD)/corpus.jsonl \
+		--replay drafter_records/train_fit.records.jsonl --replay drafter_records/synthetic_train_fit.records.jsonl \
+		--require grounded --out $(SYNTH_BUILD)/train.jsonl
 	rm -rf $(SYNTH_BUILD)/run
 	$(BIN)/specrag train --data $(SYNTH_BUILD)/train.jsonl --out $(SYNTH_BUILD)/run $(SYNTH_FLAGS)
 	rm -rf $(SYNTH_BUILD)/export

@@ -31,9 +31,8 @@ def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
     from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 
     p = sub.add_parser("make-drafter-data", help="write drafter training examples with a teacher model")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--data", help="JSON lines with question, context (passages) and ground_truth (answers)")
-    src.add_argument("--corpus", help="documents only: the teacher writes a question and answer per passage first")
+    p.add_argument("--data", help="JSON lines with question, context (passages) and ground_truth (answers)")
+    p.add_argument("--corpus", help="documents only: the teacher writes a question and answer per passage first")
     p.add_argument("--out", required=True, help="output JSON-lines file")
     p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="the drafter whose prompts the examples use")
     p.add_argument("--teacher", default=DEFAULT_VERIFIER, help="the model that writes rationales (default: verifier)")
@@ -58,9 +57,10 @@ def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--replay",
         metavar="RECORDS",
+        action="append",
         help="rebuild the examples of a records file (written beside every output as <out>.records.jsonl) from "
-        "the passages of --data or --corpus, with no teacher (pipeline.drafter_records); only records whose "
-        "checks pass --require are kept",
+        "the passages of --data and/or --corpus, with no teacher (pipeline.drafter_records); only records whose "
+        "checks pass --require are kept; repeat it to write several files' examples into one output",
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -68,17 +68,21 @@ def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _source_rows(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
-    """(question rows of --data, passages of --corpus): read and checked before any model loads."""
+    """(question rows of --data, passages of --corpus): read and checked before any model loads. Exactly one of
+    the two is given, except with --replay (records of both kinds may be replayed together)."""
     from specrag_jax.pipeline.evaluation import load_questions
     from specrag_jax.retrieval import load_corpus
 
+    given = [a for a in (args.data, args.corpus) if a is not None]
+    if not given or (len(given) == 2 and not args.replay):
+        raise SpecRagError("give one of --data or --corpus (both only with --replay)")
+    rows: list[dict] = []
     if args.data is not None:
         rows = split_rows(load_questions(args.data), args.split, args.holdout_fraction)[args.offset :]
         rows = rows if args.limit is None else rows[: args.limit]
         if not rows:
             raise SpecRagError(f"--split {args.split} --offset {args.offset} leaves no rows of {args.data}")
-        return rows, []
-    return [], load_corpus(args.corpus)
+    return rows, load_corpus(args.corpus) if args.corpus is not None else []
 
 
 def _write_atomic(path: Path, lines: list[str]) -> None:
@@ -104,7 +108,7 @@ def _replay_main(args: argparse.Namespace, rows: list[dict], corpus: list[dict],
     from specrag_jax.models.text_model import TextModel
     from specrag_jax.pipeline.drafter_records import passages_by_source, read_records, replay_examples
 
-    records = read_records(args.replay)
+    records = [r for path in args.replay for r in read_records(path)]
     passages = passages_by_source(rows, corpus)
     drafter = TextModel.load(args.drafter, max_batch=1)
     examples, skipped = replay_examples(
@@ -116,12 +120,14 @@ def _replay_main(args: argparse.Namespace, rows: list[dict], corpus: list[dict],
         require=args.require,
     )
     if not examples:
-        raise SpecRagError(f"no record of {args.replay} is kept (skipped: {skipped})")
+        raise SpecRagError(f"no record of {', '.join(args.replay)} is kept (skipped: {skipped})")
     _write_atomic(out, [json.dumps(e, ensure_ascii=False) + "\n" for e in examples])
     summary = {
         "out": str(out),
         "replay": args.replay,
-        "source": args.data or args.corpus,
+        "source": [a for a in (args.data, args.corpus) if a is not None],
+        "split": args.split,
+        "holdout_fraction": args.holdout_fraction,
         "drafter": args.drafter,
         "records": len(records),
         "kept": len(examples),

@@ -115,6 +115,20 @@ def test_cli_replays_records_without_a_teacher(drafter, tmp_path, capsys, monkey
     assert cli_main([*base, "--replay", str(recs)]) == 0
     assert [json.loads(line) for line in out.read_text().splitlines()] == examples
     assert json.loads((tmp_path / "replayed.jsonl.summary.json").read_text())["kept"] == 2
+    # records of both kinds replay together into one output (the synthetic-data adapter's training file)
+    corpus = [{"id": "c0", "title": "Hamlet", "text": "Hamlet is a tragedy by William Shakespeare."}] + [
+        {"id": f"c{i}", "title": "", "text": f"filler passage {i}"} for i in range(1, 5)
+    ]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus))
+    teacher = ScriptedTeacher(["Question: Who wrote Hamlet?\nAnswer: William Shakespeare"])
+    [row], _ = synthetic_rows(teacher, corpus[:1], lambda q, n: corpus[:n], n_docs=3)
+    synthetic = _examples(drafter, row, source="corpus")
+    write_records(records_from_examples(synthetic, passages_by_source(corpus=corpus)), tmp_path / "s.records.jsonl")
+    both = [*base, "--corpus", str(tmp_path / "corpus.jsonl"), "--replay", str(recs)]
+    assert cli_main([*both, "--replay", str(tmp_path / "s.records.jsonl")]) == 0
+    assert [json.loads(line) for line in out.read_text().splitlines()] == examples + synthetic
+    assert cli_main(both[:-2]) == 2  # both sources without --replay
+    assert "give one of --data or --corpus" in capsys.readouterr().err
     (tmp_path / "bad.jsonl").write_text("[1, 2]\n")
     out.unlink()
     assert cli_main([*base, "--replay", str(tmp_path / "bad.jsonl")]) == 2
