@@ -54,8 +54,10 @@ from specrag_jax.retrieval.corpus import docs_from_context
 CANDIDATES = ("evidence", "evidence+agg", "evidence+ground", "evidence+agg+ground")
 
 
-def questions(predictions: Path, data: Path) -> list[dict]:
-    """Per question: ground truth, standard's correctness, the recorded drafts and the baselines'."""
+def questions(predictions: Path, data: Path, standard_from: Path | None = None) -> list[dict]:
+    """Per question: ground truth, standard's correctness, the recorded drafts and the baselines'. ``standard_from``:
+    take ``standard`` from another run over the same questions (standard RAG does not depend on the drafter, so a
+    new drafter's run needs only ``speculative``)."""
     data_rows = {}
     for line in data.read_text().splitlines():
         row = json.loads(line)
@@ -64,6 +66,11 @@ def questions(predictions: Path, data: Path) -> list[dict]:
     for line in predictions.read_text().splitlines():
         p = json.loads(line)
         by_id.setdefault(p["question_id"], {})[p["method"]] = p
+    if standard_from is not None:
+        for line in standard_from.read_text().splitlines():
+            p = json.loads(line)
+            if p["method"] == "standard" and p["question_id"] in by_id:
+                by_id[p["question_id"]]["standard"] = p
     rows = []
     for qid, m in by_id.items():
         if "speculative" in m and "standard" in m:
@@ -140,6 +147,7 @@ def main() -> None:
     ap.add_argument("--predictions", required=True, type=Path)
     ap.add_argument("--data", required=True, type=Path)
     ap.add_argument("--out", default="benchmarks/results/cascade_choice_train.json")
+    ap.add_argument("--standard-from", type=Path, default=None, help="standard's predictions from another run")
     ap.add_argument("--tau", type=float, default=None, help="also report this (rounded) threshold")
     ap.add_argument(
         "--candidates",
@@ -157,7 +165,7 @@ def main() -> None:
     unknown = sorted(set(candidates) - set(SELECTIONS))
     if unknown or not candidates:
         raise SystemExit(f"--candidates: unknown or empty {unknown}; use some of {', '.join(SELECTIONS)} or 'all'")
-    rows = questions(args.predictions, args.data)
+    rows = questions(args.predictions, args.data, args.standard_from)
     n = len(rows)
     tried = []
     picked = {option: picks(rows, option) for option in SELECTIONS}  # each option's replay, once
