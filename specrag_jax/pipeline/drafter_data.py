@@ -14,7 +14,8 @@ and it is not a refusal (the teacher is told to write ``NONE`` when the document
 ``require`` says which must pass: ``"answer"`` (the default), ``"citation"``, ``"either"``, ``"both"`` or
 ``"grounded"`` (``answer``, and a gold answer occurs in the subset's passages as the drafter sees them: the
 teacher is shown the answer and rarely refuses, so without it an example can teach the drafter to state an answer
-its evidence does not hold; ``"grounded"`` is recorded in an example's checks whenever it holds). The
+its evidence does not hold; ``"grounded"`` is recorded in an example's checks whenever it holds, and under
+``require="grounded"`` a subset without a gold answer is never shown to the teacher). The
 default is ``answer`` because a citation alone keeps rationales that contradict the gold answer (measured on
 dev questions with the Qwen verifier as teacher: "Yes, the stock is above $250 ... [1]" for the gold answer
 "No", and a rationale naming another city than the gold one, both citing a document). Each kept example
@@ -55,6 +56,7 @@ REFUSAL = "NONE"
 CHECKS = ("answer", "citation")
 GROUNDED = "grounded"
 REQUIRE = ("answer", "citation", "either", "both", GROUNDED)
+NOT_HELD = "no gold answer in the subset's passages (not shown to the teacher)"
 _CITATION = re.compile(r"\[(\d+)\]")
 
 SubsetFn = Callable[[str, list[dict], int, int, int], tuple[list[list[int]], dict]]
@@ -170,6 +172,13 @@ class DrafterDataBuilder:
         docs = truncate_docs(self.drafter, docs, self.max_doc_tokens, [])
         picks, _ = self.subsets(question, docs, self.k, self.m, self.seed)
         subsets = [[docs[i] for i in s] for s in picks]
+        if self.require == GROUNDED:  # a subset without a gold answer can never pass: spare the teacher
+            held = [s for s in subsets if any(occurs_in_passages(a, s) for a in answers)]
+            for _ in range(len(subsets) - len(held)):
+                self.stats.reject(NOT_HELD)
+            subsets = held
+            if not subsets:
+                return []
         answer = answers[0]
         prompts = [teacher_prompt(question, s, answer) for s in subsets]
         outs = self.teacher.generate(

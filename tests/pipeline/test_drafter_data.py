@@ -11,6 +11,7 @@ from specrag_jax.cli import main as cli_main
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.drafter_data import (
     CHECKS,
+    NOT_HELD,
     DrafterDataBuilder,
     draft_target,
     passes,
@@ -143,7 +144,11 @@ def test_grounded_keeps_only_answers_the_subsets_passages_hold(drafter):
     assert [ex["checks"] for ex in answer.examples(ROW)] == [["answer", "citation", "grounded"], ["answer", "citation"]]
     [kept] = grounded.examples(ROW)
     assert kept["doc_ids"] == ["ctx0", "ctx1"] and grounded.stats.checks_passed["grounded"] == 1
-    assert grounded.stats.rejected == {"rationale fails the required check (grounded; passed: answer, citation)": 1}
+    # the Verona subset holds no gold answer: never shown to the teacher (one prompt, not two)
+    assert grounded.stats.rejected == {NOT_HELD: 1} and grounded.stats.examples == 1
+    assert len(grounded.teacher.prompts) == 1 and "[1] Hamlet" in grounded.teacher.prompts[0]
+    none_held = DrafterDataBuilder(drafter, ScriptedTeacher([]), lambda *a: ([[2]], {}), require="grounded")
+    assert none_held.examples(ROW) == [] and none_held.stats.rejected == {NOT_HELD: 1}
 
 
 def test_synthetic_questions_are_parsed_grounded_and_shuffled():
