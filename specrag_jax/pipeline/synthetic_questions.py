@@ -4,7 +4,9 @@ A passage becomes a data row ``{"question", "ground_truth": [answer], "context":
 passage itself plus the corpus's other BM25 hits for the question (``n_docs`` in all), so the drafter learns
 to find the supporting document among distractors, as at inference. A generated pair is kept only if it
 parses (``Question: ...`` / ``Answer: ...`` lines), the answer is short (at most ``MAX_ANSWER_WORDS`` words)
-and occurs in the passage (normalised), so the answer is grounded in the text the question came from.
+and occurs in the passage (normalised), so the answer is grounded in the text the question came from, and the
+answer does not occur in the question itself (18% of the first grounded pairs did: "When is NeurIPS 2023?" ->
+"2023").
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ def grounded(answer: str, passage: dict) -> bool:
     return len(normalize_answer(answer).split()) <= MAX_ANSWER_WORDS and occurs_in_passages(answer, [passage])
 
 
+def answer_in_question(question: str, answer: str) -> bool:
+    """The answer occurs (normalised, whole words) in its own question ("What is Jay Silva's full name?" -> "Jay
+    Silva"): such a pair teaches the drafter to restate the question, and every subset trivially "holds" it."""
+    a = normalize_answer(answer)
+    return bool(a) and f" {a} " in f" {normalize_answer(question)} "
+
+
 def synthetic_rows(
     teacher: TextModel,
     passages: Sequence[dict],
@@ -71,9 +80,11 @@ def synthetic_rows(
             reason = (
                 "no 'Question:' and 'Answer:' lines"
                 if pair is None
-                else None
-                if grounded(pair[1], passage)
                 else "answer not short or not in the passage"
+                if not grounded(pair[1], passage)
+                else "answer occurs in the question"
+                if answer_in_question(*pair)
+                else None
             )
             if reason is not None:
                 dropped[reason] = dropped.get(reason, 0) + 1

@@ -20,7 +20,12 @@ from specrag_jax.pipeline.drafter_data import (
 )
 from specrag_jax.pipeline.drafting import draft_prompts
 from specrag_jax.pipeline.prompts import occurs_in_passages
-from specrag_jax.pipeline.synthetic_questions import grounded, parse_question_answer, synthetic_rows
+from specrag_jax.pipeline.synthetic_questions import (
+    answer_in_question,
+    grounded,
+    parse_question_answer,
+    synthetic_rows,
+)
 
 ROW = {
     "question": "Who wrote Hamlet?",
@@ -158,9 +163,16 @@ def test_synthetic_questions_are_parsed_grounded_and_shuffled():
     assert grounded("the Romans", passage) and not grounded("the Greeks", passage)
     assert not grounded("a b c d e f g h i j", {"text": "a b c d e f g h i j"})  # too long to be an answer
     corpus = [passage] + [{"id": f"d{i}", "title": "", "text": f"filler {i}"} for i in range(1, 6)]
-    teacher = ScriptedTeacher(["Question: Who built the aqueduct?\nAnswer: The Romans", "Answer only"])
-    rows, dropped = synthetic_rows(teacher, corpus[:2], lambda q, n: corpus[:n], n_docs=4, batch=2)
-    assert dropped == {"no 'Question:' and 'Answer:' lines": 1}
+    teacher = ScriptedTeacher(
+        [
+            "Question: Who built the aqueduct?\nAnswer: The Romans",
+            "Answer only",
+            "Question: When did the Romans build the aqueduct?\nAnswer: the Romans",  # the answer is in the question
+        ]
+    )
+    rows, dropped = synthetic_rows(teacher, [*corpus[:2], passage], lambda q, n: corpus[:n], n_docs=4, batch=2)
+    assert dropped == {"no 'Question:' and 'Answer:' lines": 1, "answer occurs in the question": 1}
+    assert answer_in_question("What is Jay Silva's full name?", "Jay Silva") and not answer_in_question("Q?", "")
     [row] = rows
     assert row["ground_truth"] == ["The Romans"] and len(row["context"]) == 4
     assert passage["text"] in [c["text"] for c in row["context"]]
