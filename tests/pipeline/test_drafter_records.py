@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -10,8 +11,10 @@ from specrag_jax.cli import main as cli_main
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.drafter_data import DrafterDataBuilder
 from specrag_jax.pipeline.drafter_records import (
+    passage_fingerprint,
     passages_by_source,
     rationale_of,
+    read_records,
     records_from_examples,
     replay_examples,
     write_records,
@@ -134,3 +137,31 @@ def test_cli_replays_records_without_a_teacher(drafter, tmp_path, capsys, monkey
     assert cli_main([*base, "--replay", str(tmp_path / "bad.jsonl")]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("specrag: error:") and "one JSON object per line" in err and not out.exists()
+
+
+DEV = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "retrievalqa_dev.jsonl"
+RECORDS = Path(__file__).resolve().parents[2] / "drafter_records"
+
+
+@pytest.mark.slow
+def test_tracked_records_replay_from_the_dev_file_and_name_no_held_out_passage():
+    """The records in drafter_records/ rebuild from the dev file (every fingerprint matches) and touch neither a
+    train-calibrate nor a held-out question or passage (the synthetic adapter's choice and report stay clean)."""
+    if not DEV.is_file():
+        pytest.skip(f"{DEV} is absent")
+    from specrag_jax.models.text_model import TextModel
+    from specrag_jax.pipeline.evaluation import load_questions
+    from specrag_jax.pipeline.holdout import split_rows
+    from specrag_jax.retrieval.pooling import own_passages, pool_passages
+
+    rows = load_questions(DEV)
+    fit = split_rows(rows, "train-fit")
+    others = [r for r in rows if all(r is not f for f in fit)]
+    pool = pool_passages(fit, exclude=others)
+    passages = passages_by_source(fit, pool)
+    records = [r for f in ("train_fit", "synthetic_train_fit") for r in read_records(RECORDS / f"{f}.records.jsonl")]
+    examples, skipped = replay_examples(TextModel.load("smollm2-135m-instruct"), records, passages, require="grounded")
+    assert len(examples) == 133 and skipped == {"fails grounded": 26}
+    unseen = {passage_fingerprint(d) for r in others for d in own_passages(r)}
+    assert not unseen & {fp for r in records for fp in r["doc_fingerprints"]}
+    assert not {r.get("question_id") for r in others} & {r["question_id"] for r in records}
