@@ -1,9 +1,10 @@
 """Are drafts whose answer occurs in their own passages right more often? (issue 21: drafter data and selection)
 
-Reads eval runs' ``predictions.jsonl`` (speculative RAG's drafts, or random_draft's in a drafts-only run: answer and subset ``doc_ids``) and the data file
-their questions came from, and counts per run the drafts whose answer occurs in their own subset's passages
-(``prompts.occurs_in_passages``, the check ``make-drafter-data --require grounded`` applies to training examples)
-and how often each kind is right, with the cascade's accepted drafts listed. No model runs.
+Reads eval runs' ``predictions.jsonl`` (speculative RAG's drafts, or random_draft's in a drafts-only run: answer and
+subset ``doc_ids``) and the data file their questions came from, and counts per run the drafts whose answer occurs
+in their own subset's passages (``prompts.occurs_in_passages``, the check ``make-drafter-data --require grounded``
+applies to training examples) and how often each kind is right, with the cascade's accepted drafts listed. No model
+runs.
 
     python benchmarks/draft_grounding.py --data ../shared/data/retrievalqa_dev.jsonl \
         --runs benchmarks/results/eval_train70_lexical benchmarks/results/eval_heldout30_lexical
