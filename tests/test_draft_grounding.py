@@ -52,3 +52,15 @@ def test_a_fallback_lists_no_accepted_draft():
     ]
     res = grounding(preds, ROWS)
     assert res["accepted"] == [] and res["grounded_accuracy"] == 1.0 and res["ungrounded_drafts"] == 0
+
+
+def test_a_drafts_only_run_is_read_from_random_draft_with_its_oracle_and_baselines():
+    drafts = [draft(0, "Lyon", ["ctx0"]), draft(1, "Paris", ["ctx0"])]
+    preds = [
+        {"method": "random_draft", "question_id": "q1", "correct": False, "drafts": drafts},
+        {"method": "drafter_only", "question_id": "q1", "correct": True, "drafts": drafts},
+    ]
+    res = grounding(preds, ROWS)
+    assert (res["questions"], res["drafts_right"], res["oracle"]) == (1, 1, 1)  # the drafts counted once
+    assert (res["random_draft_right"], res["drafter_only_right"]) == (0, 1)
+    assert (res["grounded_drafts"], res["grounded_right"]) == (1, 1)  # "Lyon" is not in ctx0
