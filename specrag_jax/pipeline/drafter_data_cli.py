@@ -149,7 +149,7 @@ def drafter_data_main(args: argparse.Namespace) -> int:
     from specrag_jax.models.text_model import TextModel
     from specrag_jax.pipeline.clustering import clustered_subsets
     from specrag_jax.pipeline.drafter_data import DrafterDataBuilder
-    from specrag_jax.pipeline.drafter_records import passages_by_source, records_from_examples
+    from specrag_jax.pipeline.drafter_records import passages_by_source, record_lines, records_from_examples
     from specrag_jax.pipeline.factory import lexical_search
     from specrag_jax.pipeline.synthetic_questions import synthetic_rows
     from specrag_jax.retrieval import Embedder, LexicalIndex
@@ -192,7 +192,7 @@ def drafter_data_main(args: argparse.Namespace) -> int:
         )
     _write_atomic(out, lines)
     records = records_from_examples([json.loads(line) for line in lines], passages_by_source(rows, corpus))
-    _write_atomic(records_path(out), [json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records])
+    _write_atomic(records_path(out), record_lines(records))
     summary = {
         "out": str(out),
         "source": args.data or args.corpus,

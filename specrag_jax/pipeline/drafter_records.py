@@ -171,7 +171,12 @@ def read_records(path: str | Path) -> list[dict]:
     return out
 
 
+def record_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Records as JSON lines (keys sorted, so regenerated files diff cleanly)."""
+    return [json.dumps(dict(r), ensure_ascii=False, sort_keys=True) + "\n" for r in records]
+
+
 def write_records(records: Sequence[Mapping[str, Any]], path: str | Path) -> None:
-    """Write records one JSON object per line (keys sorted, so regenerated files diff cleanly)."""
+    """Write records one JSON object per line (``record_lines``)."""
     with open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(dict(r), ensure_ascii=False, sort_keys=True) + "\n" for r in records)
+        f.writelines(record_lines(records))
