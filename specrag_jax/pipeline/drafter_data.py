@@ -120,6 +120,45 @@ def draft_target(rationale: str, answer: str) -> str:
     return f" {rationale.strip()}\n{RESPONSE_TAG} {answer.strip()}\n"
 
 
+def training_example(
+    drafter: TextModel,
+    prompt_ids: list[int],
+    rationale: str,
+    max_tokens: int,
+    *,
+    question: str,
+    answers: list[str],
+    doc_ids: list[str],
+    checks: list[str],
+    source: str,
+    question_id: str | None,
+    teacher: str | None,
+) -> dict[str, Any] | None:
+    """One output line: the drafter's prompt and target (``draft_target`` of the first gold answer) as text and
+    ids, with provenance; None when prompt + target exceed ``max_tokens``. The builder and the records' replay
+    both write examples through it, so a replayed file equals the written one byte for byte."""
+    tok = drafter.tokenizer
+    target = draft_target(rationale, answers[0])
+    target_ids = tok.encode(target, add_bos=False)
+    if len(prompt_ids) + len(target_ids) > max_tokens:
+        return None
+    return {
+        "prompt": tok.decode(prompt_ids, skip_special=False),
+        "target": target,
+        "prompt_ids": prompt_ids,
+        "target_ids": target_ids,
+        "question": question,
+        "answers": answers,
+        "doc_ids": doc_ids,
+        "checks": checks,
+        "source": source,
+        "question_id": question_id,
+        "drafter": drafter.name,
+        "teacher": teacher,
+        "rationale": rationale,
+    }
+
+
 def row_fields(row: dict) -> tuple[str, list[str], list[dict]] | str:
     """(question, answers, passages) of a data row, or the name of what is missing."""
     question = row.get("question")
@@ -193,9 +232,7 @@ class DrafterDataBuilder:
             checks = example_checks(rationale, answers, subset)
             reason = self._reject_reason(rationale, checks)
             if reason is None:
-                example = self._example(
-                    question, answers, answer, subset, rationale, checks, prefix_ids + suffix, row, source
-                )
+                example = self._example(question, answers, subset, rationale, checks, prefix_ids + suffix, row, source)
                 reason = example if isinstance(example, str) else None
             if reason is not None:
                 self.stats.reject(reason)
@@ -219,7 +256,6 @@ class DrafterDataBuilder:
         self,
         question: str,
         answers: list[str],
-        answer: str,
         subset: list[dict],
         rationale: str,
         checks: list[str],
@@ -227,25 +263,21 @@ class DrafterDataBuilder:
         row: dict,
         source: str,
     ) -> dict[str, Any] | str:
-        tok = self.drafter.tokenizer
-        target = draft_target(rationale, answer)
-        target_ids = tok.encode(target, add_bos=False)
-        if len(prompt_ids) + len(target_ids) > self.max_tokens:
+        example = training_example(
+            self.drafter,
+            prompt_ids,
+            rationale,
+            self.max_tokens,
+            question=question,
+            answers=answers,
+            doc_ids=[d["id"] for d in subset],
+            checks=checks,
+            source=source,
+            question_id=row.get("question_id"),
+            teacher=self.teacher.name,
+        )
+        if example is None:
             return f"longer than max_tokens ({self.max_tokens})"
         for c in checks:
             self.stats.checks_passed[c] = self.stats.checks_passed.get(c, 0) + 1
-        return {
-            "prompt": tok.decode(prompt_ids, skip_special=False),
-            "target": target,
-            "prompt_ids": prompt_ids,
-            "target_ids": target_ids,
-            "question": question,
-            "answers": answers,
-            "doc_ids": [d["id"] for d in subset],
-            "checks": checks,
-            "source": source,
-            "question_id": row.get("question_id"),
-            "drafter": self.drafter.name,
-            "teacher": self.teacher.name,
-            "rationale": rationale,
-        }
+        return example

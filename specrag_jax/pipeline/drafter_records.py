@@ -1,13 +1,14 @@
 """Drafter examples stored by reference, so teacher work built from evaluation data can be kept and rebuilt.
 
 A record holds what the teacher wrote and what it read: the question, its answers, the rationale, the checks it
-passed, and the ids of the passages of its subset with a fingerprint of each passage's text, but never the
-passages themselves. ``replay_examples`` rebuilds the exact training examples (``prompt_ids`` from
-``drafting.draft_prompts``, ``target_ids`` from ``drafter_data.draft_target``) from the records and the passages
-they name: a question row of ``--data`` (ids ``ctx<i>``, the row's own passages) or a ``--corpus`` passage (its
-corpus id). So hours of teacher time survive as a small file in the repository, while the evaluation data it
-was built from stays outside (``specrag make-drafter-data --replay``). A passage whose text no longer matches
-its fingerprint (another data file, another pool) is a one-line error, never a silently different example.
+passed, and the ids of the passages of its subset with a fingerprint of each passage's text, but never the passages
+themselves. ``replay_examples`` rebuilds the exact training examples (``prompt_ids`` from
+``drafting.draft_prompts``, ``target_ids`` from ``drafter_data.draft_target``, both through
+``drafter_data.training_example``) from the records and the passages they name: a question row of ``--data`` (ids
+``ctx<i>``, the row's own passages) or a ``--corpus`` passage (its corpus id). So hours of teacher time survive as a
+small file in the repository, while the evaluation data it was built from stays outside (``specrag make-drafter-data
+--replay``). A passage whose text no longer matches its fingerprint (another data file, another pool) is a one-line
+error, never a silently different example.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.pipeline.drafter_data import REQUIRE, draft_target, passes
+from specrag_jax.pipeline.drafter_data import REQUIRE, passes, training_example
 from specrag_jax.pipeline.drafting import draft_prompts, truncate_docs
 from specrag_jax.pipeline.prompts import RESPONSE_TAG
 from specrag_jax.retrieval.corpus import iter_json_lines
@@ -116,7 +117,6 @@ def replay_examples(
     all); also how many were skipped, by reason."""
     if require is not None and require not in REQUIRE:
         raise SpecRagError(f"require must be one of {', '.join(REQUIRE)} (got {require!r})")
-    tok = drafter.tokenizer
     examples: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}
     for n, r in enumerate(records, 1):
@@ -135,28 +135,23 @@ def replay_examples(
             )
         subset = truncate_docs(drafter, docs, max_doc_tokens, [])
         prefix_ids, [suffix] = draft_prompts(drafter, r["question"], [subset])
-        target = draft_target(r["rationale"], r["answers"][0])
-        target_ids = tok.encode(target, add_bos=False)
-        if len(prefix_ids) + len(suffix) + len(target_ids) > max_tokens:
+        example = training_example(
+            drafter,
+            prefix_ids + suffix,
+            r["rationale"],
+            max_tokens,
+            question=r["question"],
+            answers=list(r["answers"]),
+            doc_ids=list(r["doc_ids"]),
+            checks=list(r["checks"]),
+            source=r["source"],
+            question_id=r.get("question_id"),
+            teacher=r.get("teacher"),
+        )
+        if example is None:
             skipped["longer than max_tokens"] = skipped.get("longer than max_tokens", 0) + 1
             continue
-        examples.append(
-            {
-                "prompt": tok.decode(prefix_ids + suffix, skip_special=False),
-                "target": target,
-                "prompt_ids": prefix_ids + suffix,
-                "target_ids": target_ids,
-                "question": r["question"],
-                "answers": list(r["answers"]),
-                "doc_ids": list(r["doc_ids"]),
-                "checks": list(r["checks"]),
-                "source": r["source"],
-                "question_id": r.get("question_id"),
-                "drafter": drafter.name,
-                "teacher": r.get("teacher"),
-                "rationale": r["rationale"],
-            }
-        )
+        examples.append(example)
     return examples, skipped
 
 

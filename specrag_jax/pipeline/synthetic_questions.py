@@ -48,8 +48,7 @@ def grounded(answer: str, passage: dict) -> bool:
 def answer_in_question(question: str, answer: str) -> bool:
     """The answer occurs (normalised, whole words) in its own question ("What is Jay Silva's full name?" -> "Jay
     Silva"): such a pair teaches the drafter to restate the question, and every subset trivially "holds" it."""
-    a = normalize_answer(answer)
-    return bool(a) and f" {a} " in f" {normalize_answer(question)} "
+    return occurs_in_passages(answer, [{"text": question}])
 
 
 def synthetic_rows(
