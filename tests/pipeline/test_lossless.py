@@ -61,18 +61,20 @@ def test_cascade_fallback_regenerates_through_the_lossless_path(rag):
 
 @pytest.mark.slow
 def test_ask_lossless_json(capsys):
+    """The CLI's lossless answer as JSON. n-gram proposals only: no drafting to compile (the drafts as proposals
+    go through the CLI in the eval contract's run, ``smol_eval``, and through the pipeline above)."""
     code = main(
         [
             "ask",
             "What is the capital of France?",
             "--method",
             "lossless",
+            "--proposer",
+            "ngram",
             "--drafter",
             SMOL,
             "--verifier",
             SMOL,
-            "--m",
-            "2",
             "--json",
             "-q",
         ]
@@ -81,6 +83,7 @@ def test_ask_lossless_json(capsys):
     assert code == 0, err
     obj = json.loads(out)
     assert obj["method"] == "lossless" and obj["trace"]["speculation"]["steps"] >= 1
+    assert not [key for key in obj["trace"] if key.startswith("draft")]  # n-gram proposals need no drafts
 
 
 @pytest.mark.parametrize(
