@@ -14,6 +14,7 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.tokenizer.base import _literal_pattern
 from specrag_jax.models.tokenizer.gguf_metadata import read_gguf_tokenizer_metadata
 from specrag_jax.models.tokenizer.load import _load_path, load_tokenizer
+from tests.hf_gguf import fast_gguf_reference
 
 
 def byte_symbols() -> list[str]:
@@ -212,7 +213,9 @@ def hf_pair(name: str):
     from specrag_jax.models.loading.registry import resolve_model_path
 
     path = resolve_model_path(name)
-    return load_tokenizer(name), AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    with fast_gguf_reference():  # transformers' own conversion, the file's fields parsed once (tests/hf_gguf.py)
+        reference = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return load_tokenizer(name), reference
 
 
 @pytest.fixture(scope="module")
