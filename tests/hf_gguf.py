@@ -57,8 +57,8 @@ def parsed_once_reader_class():
                 self._initialised = True
 
         def _get(self, offset, dtype, count=1, override_order=None):
-            plain = self.__dict__.get("_plain_data")
-            if plain is None or plain.base is not self.data:
+            plain = self.__dict__.get("_plain_data")  # the map's ndarray view, made on the first read
+            if plain is None:
                 plain = self._plain_data = self.data.view(np.ndarray)
             count = int(count)
             end = offset + np.dtype(dtype).itemsize * count
