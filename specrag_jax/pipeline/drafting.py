@@ -58,12 +58,13 @@ def split_chat_prompt(model: TextModel, prefix: str, suffix: str) -> tuple[list[
     The suffix ends with the forced start of the answer, "## Rationale:".
     """
     tok = model.tokenizer
-    if tok.chat_template:
+    if tok.chat_template:  # a template may write BOS itself (Gemma's does): never doubled
         rendered = tok.apply_chat_template([{"role": "user", "content": prefix + _SPLIT}])
         head, tail = rendered.split(_SPLIT, 1)
+        head_ids = tok.encode_rendered(head)
     else:
         head, tail = prefix, "\n"
-    head_ids = tok.encode(head, add_bos=tok.add_bos_default)
+        head_ids = tok.encode(head, add_bos=tok.add_bos_default)
     return head_ids, tok.encode(suffix + tail + RATIONALE_TAG, add_bos=False)
 
 

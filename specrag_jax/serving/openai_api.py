@@ -26,10 +26,7 @@ def chat_prompt(model: TextModel, messages: list[dict]) -> list[int]:
     """Token ids of a conversation in the model's chat template (a plain transcript when it has none)."""
     tok = model.tokenizer
     if tok.chat_template:
-        ids = tok.encode(tok.apply_chat_template(messages), add_bos=False)
-        if tok.add_bos_default and tok.bos_id is not None and (not ids or ids[0] != tok.bos_id):
-            ids = [tok.bos_id] + ids
-        return ids
+        return tok.encode_rendered(tok.apply_chat_template(messages))
     text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
     return tok.encode(text, add_bos=tok.add_bos_default)
 
