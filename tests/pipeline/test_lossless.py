@@ -62,10 +62,7 @@ def test_cascade_fallback_regenerates_through_the_lossless_path(rag):
 @pytest.mark.slow
 def test_ask_lossless_json(capsys):
     """The CLI's lossless answer as JSON. n-gram proposals only: no drafting to compile (the drafts as proposals
-    go through the CLI in the eval contract's run, ``smol_eval``, and through the pipeline above). The ``rag``
-    fixture's context and batch (1024 tokens, m=2; 4 passages fit that context): the CLI's models then reuse most
-    programs its tests compiled (after one fixture question: 16 compiles and 13 s, against 30 and 76 s with the
-    defaults)."""
+    go through the CLI in the eval contract's run, ``smol_eval``, and through the pipeline above)."""
     code = main(
         [
             "ask",
@@ -78,12 +75,6 @@ def test_ask_lossless_json(capsys):
             SMOL,
             "--verifier",
             SMOL,
-            "--max-seq-len",
-            "1024",
-            "--m",
-            "2",
-            "--n-docs",
-            "4",
             "--json",
             "-q",
         ]
