@@ -12,7 +12,9 @@ powers of two), so an early prefill chunk of a long prompt scores a mostly empty
   chunk keys packed before its end: a token's ancestors precede it in packed order (``packing.pack_chunks``
   checks it), so later keys are never visible.
 
-Several sequences read each block through their page tables the cheaper way (``prefix_gather_mode``).
+Several sequences read their prefixes per token when that is cheaper (``prefix_gather_mode``: many one-token
+sequences), else sequence by sequence, each key block against a window of its own sequence's rows
+(``prefix_segments``).
 Same arguments and result as ``paged_tree_attention_reference`` (tested against it), with one extra
 precondition: ``parents[i] < i`` for every chunk token (topological packed order).
 """
@@ -25,11 +27,13 @@ from jax import lax
 
 from specrag_jax.kernels.key_blocks import KEY_BLOCK, key_blocks, online_update, visible_keys
 from specrag_jax.kernels.metadata import AttentionMetadata, ancestor_mask
+from specrag_jax.kernels.prefix_segments import segment_prefix
 from specrag_jax.kernels.reference import MASKED_SCORE, prefix_gather_mode, softcap_scores
 
 # Query rows per block. On the 2-core EPYC, Qwen2.5 heads, causal 2048 tokens: reference 876-1330 ms per layer,
 # blocks of 128/256/512 rows 550-940 ms (noisy, shared machine); 512 compiles fastest (fewest unrolled blocks).
 DEFAULT_BLOCK = 512
+SEGMENTED_PREFIX = True  # several sequences' prefixes read sequence by sequence (``prefix_segments``); A/B switch
 
 
 def _prefix_scores(qh, k, mode: str, token_seq, s_count: int):
@@ -91,6 +95,7 @@ def paged_tree_attention_blocked(
     if tree:
         related_all = meta.ancestors if meta.ancestors is not None else ancestor_mask(meta.parents)
     q_block = block if s_count == 1 else t  # several sequences: one query block (their prefix reads dominate)
+    segments = s_count > 1 and mode == "per_sequence" and SEGMENTED_PREFIX
     outs = []
     for start in range(0, t, q_block):
         end = min(start + q_block, t)
@@ -119,7 +124,12 @@ def paged_tree_attention_blocked(
             s = jnp.where(visible_keys(b, plan.size, lb, pb, window), s, MASKED_SCORE)
             return online_update(carry, s, lambda p: _prefix_values(p, v, mode, seq_rows, s_count))
 
-        _, denom, acc = lax.fori_loop(plan.lo, plan.hi, key_step, init)
+        if segments:  # several sequences: each key block scored against its own sequence's rows only
+            _, denom, acc = segment_prefix(
+                qb, k_pool, v_pool, plan, meta.kv_lens, meta.token_seq, pos, valid, init, window=window, softcap=softcap
+            )
+        else:
+            _, denom, acc = lax.fori_loop(plan.lo, plan.hi, key_step, init)
         outs.append(acc / denom[..., None])
     out = jnp.concatenate(outs, axis=2).transpose(2, 0, 1, 3)  # [T, Hkv, G, D]
     out = jnp.where(valid[:, None, None, None], out, 0.0)  # padding rows -> 0

@@ -4,16 +4,18 @@ force."""
 from __future__ import annotations
 
 import functools
+from unittest import mock
 
 import jax
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.kernels import paged_tree_attention_blocked, paged_tree_attention_reference
+from specrag_jax.kernels import paged_tree_attention_blocked, paged_tree_attention_reference, prefix_segments
 from specrag_jax.kernels.blocked import DEFAULT_BLOCK
+from specrag_jax.kernels.reference import prefix_gather_mode
 from specrag_jax.models.executor.packing import Chunk, pack_chunks, token_count_bucket, token_count_buckets
 from tests.kernels.test_reference_attention import brute_force, random_case, to_meta
 
@@ -78,6 +80,55 @@ def test_several_sequences_in_key_blocks(seed, n_seqs, key_block, ps, tree, wind
     k_pool, v_pool, seqs, total = random_case(rng, n_seqs, 20, 6, ps, 4, 2, 8, tree)
     kw = dict(scale=0.5, window=window, softcap=None, tree=tree, block=DEFAULT_BLOCK, key_block=key_block)
     assert_blocked_equal(rng, k_pool, v_pool, seqs, total, pad, 4, 2, 8, **kw)
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    n_seqs=st.integers(2, 5),
+    key_block=st.sampled_from([1, 4, 256]),
+    rows=st.sampled_from([1, 3, 8, 128]),
+    ps=st.sampled_from([1, 4]),
+    tree=st.booleans(),
+    window=st.sampled_from([0, 2, 7]),
+    pad=st.integers(0, 3),
+)
+def test_several_sequences_read_their_prefixes_sequence_by_sequence(
+    seed, n_seqs, key_block, rows, ps, tree, window, pad
+):
+    """Wide heads make reading each sequence's key blocks the cheaper prefix read (``prefix_segments``): windows of
+    1-128 rows, so a sequence takes one or several windows and the last one shifted back over covered rows."""
+    rng = np.random.default_rng(seed)
+    hq, hkv, d = 4, 2, 64
+    k_pool, v_pool, seqs, total = random_case(rng, n_seqs, 20, 20, ps, hq, hkv, d, tree)
+    assume(prefix_gather_mode(total + pad, n_seqs, hkv, hq // hkv, d) == "per_sequence")
+    kw = dict(scale=0.2, window=window, softcap=None, tree=tree, block=DEFAULT_BLOCK, key_block=key_block)
+    with mock.patch.object(prefix_segments, "ROW_WINDOW", rows):
+        assert_blocked_equal(rng, k_pool, v_pool, seqs, total, pad, hq, hkv, d, **kw)
+
+
+@pytest.mark.parametrize("pad", [0, 2])
+def test_a_window_shifted_back_to_fit_the_step_adds_its_rows_once(pad):
+    """The last sequence's tokens end the step (no padding after them, or two rows): its last window of 8 rows
+    starts before its share, over rows an earlier window already read (masked there, else counted twice)."""
+    rng = np.random.default_rng(7)
+    ps, hq, hkv, d = 4, 4, 2, 64
+    chunks, prefixes = [5, 13], [9, 17]
+    n_pages = 1 + sum(-(-(p + n) // ps) for p, n in zip(prefixes, chunks))
+    k_pool = rng.normal(size=(n_pages, ps, hkv, d)).astype(np.float32)
+    v_pool = rng.normal(size=(n_pages, ps, hkv, d)).astype(np.float32)
+    free, seqs, packed = list(range(1, n_pages)), [], 0
+    for kv_len, n in zip(prefixes, chunks):
+        pages = [free.pop() for _ in range(-(-(kv_len + n) // ps))]
+        seqs.append(
+            dict(kv_len=kv_len, pages=pages, parents=list(range(-1, n - 1)), tokens=list(range(packed, packed + n)))
+        )
+        seqs[-1]["pos"] = list(range(kv_len, kv_len + n))
+        packed += n
+    assert prefix_gather_mode(packed + pad, 2, hkv, hq // hkv, d) == "per_sequence"
+    kw = dict(scale=0.2, window=0, softcap=None, tree=False, block=DEFAULT_BLOCK, key_block=4)
+    with mock.patch.object(prefix_segments, "ROW_WINDOW", 8):
+        assert_blocked_equal(rng, k_pool, v_pool, seqs, packed, pad, hq, hkv, d, **kw)
 
 
 @pytest.mark.parametrize("window", [0, 5])

@@ -1,0 +1,237 @@
+"""Where drafting's time goes, step by step (issue 22: "drafting at its bound").
+
+The default drafter (SmolLM2-135M with its tuned adapter) writes the m drafts of each question as the pipeline
+does (lexical subsets, passages cut to 160 tokens, ``write_drafts``), once to compile and once timed; every engine
+step of the timed pass is recorded (its kind, live sequences, padded rows, tokens, cached tokens it attends to,
+and its wall time: packing, the device call and reading the sampled tokens back). Reported per question and in
+all:
+
+- the split of drafting's wall time into prompt prefill steps, the phase-2 steps that prefill only the forced
+  "## Response:" tag (at most 16 tokens: one whole read of the weights each), decode steps, and host time outside
+  the steps;
+- decode steps by live sequences (a decode step keeps its first width while drafts finish, ``sticky_rows``);
+- a least-squares fit over the full-width decode steps, ``step_ms = fixed + per_kv_token * cached tokens``: the
+  fixed part is the weight read plus the per-step overheads (set against the weight-read bound at this machine's
+  measured bandwidth), the per-token part is attention over the cached K/V (set against reading those bytes).
+
+    python benchmarks/drafting_steps.py --data ../shared/data/retrievalqa_dev.jsonl --questions 6 \
+        --out benchmarks/results/drafting_steps.json
+    python benchmarks/drafting_steps.py --ab --questions 6 --out benchmarks/results/drafting_prefix_segments.json
+
+``--ab``: the multi-sequence prefill's prefix read sequence by sequence (``kernels/prefix_segments.py``) against
+scoring every token against every sequence's key block (``--one-hot-prefix``, the old read), each side in two
+new processes alternated, the drafts checked identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import run_header, write_results
+
+DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "retrievalqa_dev.jsonl"
+TAG_STEP_TOKENS = 16  # a non-decode step of at most this many tokens: a phase's forced tag, prefilled alone
+
+
+def recorded_steps(log: list[dict]):
+    """Patch ``Work.run`` so every engine step appends its record to ``log``; returns the undo function."""
+    from specrag_jax.models.engine import steps
+
+    original = steps.Work.run
+
+    def run(self, runner, cfg):
+        t = time.perf_counter()
+        out = original(self, runner, cfg)
+        log.append(
+            {
+                "kind": self.kind,
+                "decode": self.decodes,
+                "live": len(self.chunks),
+                "rows": self.rows,
+                "tokens": sum(len(c.tokens) for c in self.chunks),
+                "cached": sum(c.kv_len for c in self.chunks),
+                "s": time.perf_counter() - t,
+            }
+        )
+        return out
+
+    steps.Work.run = run
+    return lambda: setattr(steps.Work, "run", original)
+
+
+def split_question(log: list[dict], total_s: float) -> dict:
+    """One timed drafting pass: seconds by step class and decode steps by live sequences."""
+    decode = [e for e in log if e["decode"]]
+    tags = [e for e in log if not e["decode"] and e["tokens"] <= TAG_STEP_TOKENS]
+    prefill = [e for e in log if not e["decode"] and e["tokens"] > TAG_STEP_TOKENS]
+    by_live = collections.defaultdict(list)
+    for e in decode:
+        by_live[e["live"]].append(e["s"])
+    in_steps = sum(e["s"] for e in log)
+    return {
+        "drafting_s": total_s,
+        "prefill": {"steps": len(prefill), "tokens": sum(e["tokens"] for e in prefill), "s": _sum(prefill)},
+        "tag_prefill": {"steps": len(tags), "s": _sum(tags)},
+        "decode": {
+            "steps": len(decode),
+            "s": _sum(decode),
+            "median_step_ms": 1e3 * statistics.median(e["s"] for e in decode) if decode else None,
+            "by_live_sequences": {n: {"steps": len(v), "s": sum(v)} for n, v in sorted(by_live.items())},
+        },
+        "host_outside_steps_s": total_s - in_steps,
+    }
+
+
+def _sum(entries: list[dict]) -> float:
+    return float(sum(e["s"] for e in entries))
+
+
+def fit_decode(steps: list[dict], weight_bytes: float, kv_bytes_per_token: float, bytes_per_s: float) -> dict:
+    """``step_s = fixed + per_token * cached`` over full-width decode steps, against the bounds."""
+    x = np.asarray([e["cached"] for e in steps], np.float64)
+    y = np.asarray([e["s"] for e in steps], np.float64)
+    per_token, fixed = np.polyfit(x, y, 1)
+    mean_cached = float(x.mean())
+    return {
+        "steps": len(steps),
+        "fixed_ms": 1e3 * float(fixed),
+        "weight_read_bound_ms": 1e3 * weight_bytes / bytes_per_s,
+        "per_kv_token_us": 1e6 * float(per_token),
+        "kv_read_bound_us_per_token": 1e6 * kv_bytes_per_token / bytes_per_s,
+        "mean_cached_tokens": mean_cached,
+        "attention_share_at_mean": float(per_token * mean_cached / (fixed + per_token * mean_cached)),
+        "r2": float(np.corrcoef(x, y)[0, 1] ** 2) if len(steps) > 2 else None,
+    }
+
+
+def ab(args: argparse.Namespace) -> int:
+    """The segmented prefix read against the one-hot one: four new processes (off, on, on, off), same questions;
+    the drafts must be identical (greedy)."""
+    runs: dict[str, list[dict]] = {"one_hot": [], "segmented": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, side in enumerate(("one_hot", "segmented", "segmented", "one_hot")):
+            out = Path(tmp) / f"{i}.json"
+            cmd = [sys.executable, __file__, "--data", args.data, "--split", args.split, "--out", str(out)]
+            cmd += ["--questions", str(args.questions), "--m", str(args.m), "--k", str(args.k)]
+            subprocess.run(cmd + (["--one-hot-prefix"] if side == "one_hot" else []), check=True)
+            runs[side].append(json.loads(out.read_text()))
+    hashes = {tuple(q["drafts_sha256"] for q in r["per_question"]) for side in runs.values() for r in side}
+    assert len(hashes) == 1, "the drafts differ between the prefix reads"
+    summary = {
+        side: {
+            "drafting_s_mean": statistics.mean(r["drafting_s_mean"] for r in rs),
+            **{f"{k}_s_mean": statistics.mean(r["mean_s_by_part"][k] for r in rs) for k in rs[0]["mean_s_by_part"]},
+        }
+        for side, rs in runs.items()
+    }
+    ratios = {k: summary["segmented"][k] / summary["one_hot"][k] for k in summary["one_hot"]}
+    result = {**run_header(), "order": "one_hot,segmented,segmented,one_hot", "drafts_identical": True}
+    result.update(summary=summary, segmented_over_one_hot=ratios, runs=runs)
+    print(json.dumps({"summary": summary, "segmented_over_one_hot": ratios}, indent=1))
+    if args.out:
+        write_results(args.out, result)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from specrag_jax.adapters import DEFAULT_ADAPTERS
+    from specrag_jax.kernels import blocked
+    from specrag_jax.machine_peaks import measure_peaks
+    from specrag_jax.models.text_model import TextModel
+    from specrag_jax.pipeline.clustering import lexical_subsets
+    from specrag_jax.pipeline.drafting import truncate_docs, write_drafts
+    from specrag_jax.pipeline.evaluation import _row_docs, load_questions
+    from specrag_jax.pipeline.factory import DEFAULT_DRAFTER
+    from specrag_jax.pipeline.holdout import split_rows
+    from specrag_jax.pipeline.roofline import model_cost
+    from specrag_jax.training.lora_merge import adapter_transform
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", default=str(DEV))
+    p.add_argument("--split", default="heldout")
+    p.add_argument("--questions", type=int, default=6)
+    p.add_argument("--m", type=int, default=5)
+    p.add_argument("--k", type=int, default=2)
+    p.add_argument(
+        "--one-hot-prefix",
+        action="store_true",
+        help="the A/B's old side: every token scored against "
+        "every sequence's key block (kernels.blocked.SEGMENTED_PREFIX off)",
+    )
+    p.add_argument("--ab", action="store_true", help="both sides, each in new processes, off/on/on/off")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    if args.ab:
+        return ab(args)
+    blocked.SEGMENTED_PREFIX = not args.one_hot_prefix  # before anything is traced
+
+    drafter = TextModel.load(
+        DEFAULT_DRAFTER,
+        max_seq_len=2048,
+        max_batch=args.m,
+        transform_params=adapter_transform(DEFAULT_DRAFTER, DEFAULT_ADAPTERS[DEFAULT_DRAFTER]),
+    )
+    cost = model_cost(drafter)
+    peaks = measure_peaks()
+    subsets_fn = lexical_subsets()
+    log: list[dict] = []
+    undo = recorded_steps(log)
+    per_question, full_width = [], []
+    try:
+        for row in split_rows(load_questions(args.data), args.split)[: args.questions]:
+            docs = truncate_docs(drafter, _row_docs(row)[:10], 160, [])
+            picked, _ = subsets_fn(row["question"], docs, args.k, args.m, 0)
+            subsets = [[docs[i] for i in s] for s in picked]
+            write_drafts(drafter, row["question"], subsets)  # compiles this question's step shapes
+            log.clear()
+            t = time.perf_counter()
+            drafts, _ = write_drafts(drafter, row["question"], subsets)
+            total = time.perf_counter() - t
+            texts = hashlib.sha256(json.dumps([d.text for d in drafts]).encode()).hexdigest()[:16]
+            per_question.append(
+                {"question_id": row["question_id"], "drafts_sha256": texts, **split_question(log, total)}
+            )
+            full_width += [e for e in log if e["decode"] and e["live"] == len(subsets)]
+            print(per_question[-1], flush=True)
+    finally:
+        undo()
+    totals = {
+        key: sum(q[key]["s"] for q in per_question) / len(per_question) for key in ("prefill", "tag_prefill", "decode")
+    }
+    totals["host_outside_steps"] = statistics.mean(q["host_outside_steps_s"] for q in per_question)
+    drafting = statistics.mean(q["drafting_s"] for q in per_question)
+    fit = fit_decode(full_width, cost.weight_bytes, cost.kv_bytes_per_token, peaks.bytes_per_s)
+    result = {
+        **run_header(),
+        "peaks": peaks.to_dict(),
+        "segmented_prefix": blocked.SEGMENTED_PREFIX,
+        "m": args.m,
+        "k": args.k,
+        "split": args.split,
+        "drafting_s_mean": drafting,
+        "mean_s_by_part": totals,
+        "share_by_part": {k: v / drafting for k, v in totals.items()},
+        "full_width_decode_fit": fit,
+        "per_question": per_question,
+    }
+    print({k: round(v, 3) for k, v in result["share_by_part"].items()})
+    print(fit)
+    if args.out:
+        write_results(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
