@@ -9,7 +9,8 @@ Two cases are trees in one step (a question, then branches off it): clustering's
 verification's drafts with their passages, where most of a query block's earlier keys are other branches'.
 The bound is the larger of reading the visible cached K/V once at this machine's measured bandwidth and the
 score and value matmuls over the visible query-key pairs (4 x q heads x head_dim FLOPs each) at its measured
-matmul rate.
+matmul rate. Prefill cases of several sequences also time the prefix read they had before stop 52 (every token
+against every sequence's key block, ``kernels.blocked.SEGMENTED_PREFIX`` off): ``dispatched_one_hot_prefix_ms``.
 
 Usage: python benchmarks/attention_paths.py [--repeats 5] [--out benchmarks/results/attention_paths.json]
 """
@@ -28,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import loadavg, run_header, write_results
-from specrag_jax.kernels import AttentionMetadata, paged_attention, paged_tree_attention_reference
+from specrag_jax.kernels import AttentionMetadata, blocked, paged_attention, paged_tree_attention_reference
 from specrag_jax.machine_peaks import best_time, measure_peaks
 
 HEADS = {"smollm2": (9, 3, 64), "qwen2.5-1.5b": (12, 2, 128)}  # (q heads, kv heads, head_dim)
@@ -38,6 +39,7 @@ CASES = [
     ("drafting decode, 8 drafts x 600 cached", "smollm2", 1, [600] * 5 + [0] * 3, 64),
     ("drafting decode, 8 drafts x 1,200 cached", "smollm2", 1, [1200] * 5 + [0] * 3, 128),
     ("drafting prefill, 2 sequences x 256 queries, 80 cached", "smollm2", 256, [80, 80], 64),
+    ("drafting prefill, 5 branches x 100 queries after a 48-token prefix", "smollm2", 100, [48] * 5, 32),
     ("standard prefill, 512 queries, 512 cached (4k prompt's 2nd chunk)", "qwen2.5-1.5b", 512, [512], 256),
     ("standard prefill, 512 queries, 3,584 cached (4k prompt's last chunk)", "qwen2.5-1.5b", 512, [3584], 256),
     ("standard decode, 1 sequence x 4,000 cached", "qwen2.5-1.5b", 1, [4000], 256),
@@ -126,6 +128,12 @@ def main() -> None:
         dispatched = jax.jit(functools.partial(paged_attention, scale=0.1, tree=tree, decode=decode))
         ref_ms, new_ms = best_ms(reference, case, args.repeats), best_ms(dispatched, case, args.repeats)
         err = float(jnp.abs(reference(*case) - dispatched(*case)).max())
+        extra = {}
+        if not decode and not tree and case[5].page_table.shape[0] > 1:  # several sequences: the old prefix read too
+            blocked.SEGMENTED_PREFIX = False  # read when traced: a new jit traces with it off
+            one_hot = jax.jit(functools.partial(paged_attention, scale=0.1, tree=tree, decode=decode))
+            extra["dispatched_one_hot_prefix_ms"] = round(best_ms(one_hot, case, args.repeats), 3)
+            blocked.SEGMENTED_PREFIX = True
         hq, hkv, d = HEADS[model]
         kv_bytes = 2 * cached_keys * hkv * d * 4
         bound_ms = 1e3 * max(kv_bytes / peaks.bytes_per_s, 4 * hq * d * pairs / peaks.flops_per_s)
@@ -139,6 +147,7 @@ def main() -> None:
                 "bound_ms": round(bound_ms, 3),
                 "dispatched_over_bound": round(new_ms / bound_ms, 2),
                 "max_abs_diff": err,
+                **extra,
             }
         )
         print(

@@ -14,13 +14,13 @@ all:
   fixed part is the weight read plus the per-step overheads (set against the weight-read bound at this machine's
   measured bandwidth), the per-token part is attention over the cached K/V (set against reading those bytes).
 
-    python benchmarks/drafting_steps.py --data ../shared/data/retrievalqa_dev.jsonl --questions 6 \
-        --out benchmarks/results/drafting_steps.json
+    python benchmarks/drafting_steps.py --data ../shared/data/retrievalqa_dev.jsonl --questions 6
     python benchmarks/drafting_steps.py --ab --questions 6 --out benchmarks/results/drafting_prefix_segments.json
 
 ``--ab``: the multi-sequence prefill's prefix read sequence by sequence (``kernels/prefix_segments.py``) against
-scoring every token against every sequence's key block (``--one-hot-prefix``, the old read), each side in two
-new processes alternated, the drafts checked identical.
+scoring every token against every sequence's key block (the old read, ``kernels.blocked.SEGMENTED_PREFIX`` off),
+in one process: per question both sides, each after dropping the traced programs and compiling its own, in
+alternating order; the drafts must be identical (greedy).
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ import collections
 import hashlib
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -116,36 +114,24 @@ def fit_decode(steps: list[dict], weight_bytes: float, kv_bytes_per_token: float
     }
 
 
-def ab(args: argparse.Namespace) -> int:
-    """The segmented prefix read against the one-hot one: four new processes (off, on, on, off), same questions;
-    the drafts must be identical (greedy)."""
-    runs: dict[str, list[dict]] = {"one_hot": [], "segmented": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, side in enumerate(("one_hot", "segmented", "segmented", "one_hot")):
-            out = Path(tmp) / f"{i}.json"
-            cmd = [sys.executable, __file__, "--data", args.data, "--split", args.split, "--out", str(out)]
-            cmd += ["--questions", str(args.questions), "--m", str(args.m), "--k", str(args.k)]
-            subprocess.run(cmd + (["--one-hot-prefix"] if side == "one_hot" else []), check=True)
-            runs[side].append(json.loads(out.read_text()))
-    hashes = {tuple(q["drafts_sha256"] for q in r["per_question"]) for side in runs.values() for r in side}
-    assert len(hashes) == 1, "the drafts differ between the prefix reads"
-    summary = {
-        side: {
-            "drafting_s_mean": statistics.mean(r["drafting_s_mean"] for r in rs),
-            **{f"{k}_s_mean": statistics.mean(r["mean_s_by_part"][k] for r in rs) for k in rs[0]["mean_s_by_part"]},
-        }
-        for side, rs in runs.items()
+def side_summary(per_question: list[dict], full_width: list[dict], cost, peaks) -> dict:
+    """Means over the questions by part, their shares, and the full-width decode fit of one side."""
+    parts = ("prefill", "tag_prefill", "decode")
+    totals = {key: statistics.mean(q[key]["s"] for q in per_question) for key in parts}
+    totals["host_outside_steps"] = statistics.mean(q["host_outside_steps_s"] for q in per_question)
+    drafting = statistics.mean(q["drafting_s"] for q in per_question)
+    return {
+        "drafting_s_mean": drafting,
+        "mean_s_by_part": totals,
+        "share_by_part": {k: v / drafting for k, v in totals.items()},
+        "full_width_decode_fit": fit_decode(full_width, cost.weight_bytes, cost.kv_bytes_per_token, peaks.bytes_per_s),
+        "per_question": per_question,
     }
-    ratios = {k: summary["segmented"][k] / summary["one_hot"][k] for k in summary["one_hot"]}
-    result = {**run_header(), "order": "one_hot,segmented,segmented,one_hot", "drafts_identical": True}
-    result.update(summary=summary, segmented_over_one_hot=ratios, runs=runs)
-    print(json.dumps({"summary": summary, "segmented_over_one_hot": ratios}, indent=1))
-    if args.out:
-        write_results(args.out, result)
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    import jax
+
     from specrag_jax.adapters import DEFAULT_ADAPTERS
     from specrag_jax.kernels import blocked
     from specrag_jax.machine_peaks import measure_peaks
@@ -164,18 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--questions", type=int, default=6)
     p.add_argument("--m", type=int, default=5)
     p.add_argument("--k", type=int, default=2)
-    p.add_argument(
-        "--one-hot-prefix",
-        action="store_true",
-        help="the A/B's old side: every token scored against "
-        "every sequence's key block (kernels.blocked.SEGMENTED_PREFIX off)",
-    )
-    p.add_argument("--ab", action="store_true", help="both sides, each in new processes, off/on/on/off")
+    p.add_argument("--ab", action="store_true", help="also the one-hot prefix read, alternated per question")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    if args.ab:
-        return ab(args)
-    blocked.SEGMENTED_PREFIX = not args.one_hot_prefix  # before anything is traced
 
     drafter = TextModel.load(
         DEFAULT_DRAFTER,
@@ -188,46 +165,43 @@ def main(argv: list[str] | None = None) -> int:
     subsets_fn = lexical_subsets()
     log: list[dict] = []
     undo = recorded_steps(log)
-    per_question, full_width = [], []
+    sides = ("segmented", "one_hot") if args.ab else ("segmented",)
+    per_question: dict[str, list[dict]] = {side: [] for side in sides}
+    full_width: dict[str, list[dict]] = {side: [] for side in sides}
     try:
-        for row in split_rows(load_questions(args.data), args.split)[: args.questions]:
+        for i, row in enumerate(split_rows(load_questions(args.data), args.split)[: args.questions]):
             docs = truncate_docs(drafter, _row_docs(row)[:10], 160, [])
             picked, _ = subsets_fn(row["question"], docs, args.k, args.m, 0)
-            subsets = [[docs[i] for i in s] for s in picked]
-            write_drafts(drafter, row["question"], subsets)  # compiles this question's step shapes
-            log.clear()
-            t = time.perf_counter()
-            drafts, _ = write_drafts(drafter, row["question"], subsets)
-            total = time.perf_counter() - t
-            texts = hashlib.sha256(json.dumps([d.text for d in drafts]).encode()).hexdigest()[:16]
-            per_question.append(
-                {"question_id": row["question_id"], "drafts_sha256": texts, **split_question(log, total)}
-            )
-            full_width += [e for e in log if e["decode"] and e["live"] == len(subsets)]
-            print(per_question[-1], flush=True)
+            subsets = [[docs[j] for j in s] for s in picked]
+            for side in sides if i % 2 == 0 else sides[::-1]:
+                blocked.SEGMENTED_PREFIX = side == "segmented"  # a trace-time switch: drop every traced program
+                jax.clear_caches()
+                write_drafts(drafter, row["question"], subsets)  # compiles this question's step shapes
+                log.clear()
+                t = time.perf_counter()
+                drafts, _ = write_drafts(drafter, row["question"], subsets)
+                total = time.perf_counter() - t
+                texts = hashlib.sha256(json.dumps([d.text for d in drafts]).encode()).hexdigest()[:16]
+                entry = {"question_id": row["question_id"], "drafts_sha256": texts, **split_question(log, total)}
+                per_question[side].append(entry)
+                full_width[side] += [e for e in log if e["decode"] and e["live"] == len(subsets)]
+                print(side, entry, flush=True)
     finally:
         undo()
-    totals = {
-        key: sum(q[key]["s"] for q in per_question) / len(per_question) for key in ("prefill", "tag_prefill", "decode")
-    }
-    totals["host_outside_steps"] = statistics.mean(q["host_outside_steps_s"] for q in per_question)
-    drafting = statistics.mean(q["drafting_s"] for q in per_question)
-    fit = fit_decode(full_width, cost.weight_bytes, cost.kv_bytes_per_token, peaks.bytes_per_s)
-    result = {
-        **run_header(),
-        "peaks": peaks.to_dict(),
-        "segmented_prefix": blocked.SEGMENTED_PREFIX,
-        "m": args.m,
-        "k": args.k,
-        "split": args.split,
-        "drafting_s_mean": drafting,
-        "mean_s_by_part": totals,
-        "share_by_part": {k: v / drafting for k, v in totals.items()},
-        "full_width_decode_fit": fit,
-        "per_question": per_question,
-    }
-    print({k: round(v, 3) for k, v in result["share_by_part"].items()})
-    print(fit)
+        blocked.SEGMENTED_PREFIX = True
+    result = {**run_header(), "peaks": peaks.to_dict(), "m": args.m, "k": args.k, "split": args.split}
+    result["sides"] = {side: side_summary(per_question[side], full_width[side], cost, peaks) for side in sides}
+    if args.ab:
+        same = [a["drafts_sha256"] == b["drafts_sha256"] for a, b in zip(*per_question.values())]
+        assert all(same), "the drafts differ between the prefix reads"
+        new, old = (result["sides"][side] for side in sides)
+        ratios = {"drafting": new["drafting_s_mean"] / old["drafting_s_mean"]}
+        ratios.update({k: v / old["mean_s_by_part"][k] for k, v in new["mean_s_by_part"].items()})
+        result.update(drafts_identical=True, segmented_over_one_hot=ratios)
+        print("segmented / one-hot:", {k: round(v, 3) for k, v in ratios.items()})
+    for side in sides:
+        print(side, {k: round(v, 3) for k, v in result["sides"][side]["mean_s_by_part"].items()})
+        print(side, result["sides"][side]["full_width_decode_fit"])
     if args.out:
         write_results(args.out, result)
     return 0

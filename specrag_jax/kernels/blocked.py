@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from specrag_jax.kernels import prefix_segments
 from specrag_jax.kernels.key_blocks import KEY_BLOCK, key_blocks, online_update, visible_keys
 from specrag_jax.kernels.metadata import AttentionMetadata, ancestor_mask
-from specrag_jax.kernels.prefix_segments import segment_prefix
 from specrag_jax.kernels.reference import MASKED_SCORE, prefix_gather_mode, softcap_scores
 
 # Query rows per block. On the 2-core EPYC, Qwen2.5 heads, causal 2048 tokens: reference 876-1330 ms per layer,
@@ -95,7 +95,8 @@ def paged_tree_attention_blocked(
     if tree:
         related_all = meta.ancestors if meta.ancestors is not None else ancestor_mask(meta.parents)
     q_block = block if s_count == 1 else t  # several sequences: one query block (their prefix reads dominate)
-    segments = s_count > 1 and mode == "per_sequence" and SEGMENTED_PREFIX
+    # several sequences in a step longer than one row window: each key block against its own sequence's rows
+    segments = s_count > 1 and mode == "per_sequence" and t > prefix_segments.ROW_WINDOW and SEGMENTED_PREFIX
     outs = []
     for start in range(0, t, q_block):
         end = min(start + q_block, t)
@@ -124,8 +125,8 @@ def paged_tree_attention_blocked(
             s = jnp.where(visible_keys(b, plan.size, lb, pb, window), s, MASKED_SCORE)
             return online_update(carry, s, lambda p: _prefix_values(p, v, mode, seq_rows, s_count))
 
-        if segments:  # several sequences: each key block scored against its own sequence's rows only
-            _, denom, acc = segment_prefix(
+        if segments:
+            _, denom, acc = prefix_segments.segment_prefix(
                 qb, k_pool, v_pool, plan, meta.kv_lens, meta.token_seq, pos, valid, init, window=window, softcap=softcap
             )
         else:

@@ -97,7 +97,8 @@ def test_several_sequences_read_their_prefixes_sequence_by_sequence(
     seed, n_seqs, key_block, rows, ps, tree, window, pad
 ):
     """Wide heads make reading each sequence's key blocks the cheaper prefix read (``prefix_segments``): windows of
-    1-128 rows, so a sequence takes one or several windows and the last one shifted back over covered rows."""
+    1-8 rows, so a sequence takes one or several windows and the last one shifted back over covered rows (128: a
+    step under one window keeps the one-hot read)."""
     rng = np.random.default_rng(seed)
     hq, hkv, d = 4, 2, 64
     k_pool, v_pool, seqs, total = random_case(rng, n_seqs, 20, 20, ps, hq, hkv, d, tree)
