@@ -305,3 +305,14 @@ def alternate_off_on(run, rounds: int) -> tuple[dict[str, dict], list[str], dict
     for side in order:
         runs[side].append(run(side == "on"))
     return warm, order, runs
+
+
+def load_tuned_drafter(max_batch: int):
+    """The default pair's drafter with its tuned adapter, as the pipeline loads it (2048-token sequences)."""
+    from specrag_jax.adapters import DEFAULT_ADAPTERS
+    from specrag_jax.models.text_model import TextModel
+    from specrag_jax.pipeline.factory import DEFAULT_DRAFTER
+    from specrag_jax.training.lora_merge import adapter_transform
+
+    adapter = adapter_transform(DEFAULT_DRAFTER, DEFAULT_ADAPTERS[DEFAULT_DRAFTER])
+    return TextModel.load(DEFAULT_DRAFTER, max_seq_len=2048, max_batch=max_batch, transform_params=adapter)

@@ -17,21 +17,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import run_header, write_results
+from benchmarks.common import load_tuned_drafter, run_header, write_results
 
 DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "retrievalqa_dev.jsonl"
 
 
 def main(argv: list[str] | None = None) -> int:
     import specrag_jax.models.engine.policy as policy
-    from specrag_jax.adapters import DEFAULT_ADAPTERS
     from specrag_jax.models.executor.packing import bucket, seq_count_bucket
-    from specrag_jax.models.text_model import TextModel
     from specrag_jax.pipeline.clustering import lexical_subsets
     from specrag_jax.pipeline.drafting import truncate_docs, write_drafts
     from specrag_jax.pipeline.evaluation import _row_docs, load_questions
-    from specrag_jax.pipeline.factory import DEFAULT_DRAFTER
-    from specrag_jax.training.lora_merge import adapter_transform
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default=str(DEV))
@@ -41,12 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
-    drafter = TextModel.load(
-        DEFAULT_DRAFTER,
-        max_seq_len=2048,
-        max_batch=args.m,
-        transform_params=adapter_transform(DEFAULT_DRAFTER, DEFAULT_ADAPTERS[DEFAULT_DRAFTER]),
-    )
+    drafter = load_tuned_drafter(args.m)
     gen = drafter.generator
     inner = gen.generate_phases
     timing: dict = {}

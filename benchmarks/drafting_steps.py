@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import run_header, write_results
+from benchmarks.common import load_tuned_drafter, run_header, write_results
 
 DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "retrievalqa_dev.jsonl"
 TAG_STEP_TOKENS = 16  # a non-decode step of at most this many tokens: a phase's forced tag, prefilled alone
@@ -132,17 +132,13 @@ def side_summary(per_question: list[dict], full_width: list[dict], cost, peaks) 
 def main(argv: list[str] | None = None) -> int:
     import jax
 
-    from specrag_jax.adapters import DEFAULT_ADAPTERS
     from specrag_jax.kernels import blocked
     from specrag_jax.machine_peaks import measure_peaks
-    from specrag_jax.models.text_model import TextModel
     from specrag_jax.pipeline.clustering import lexical_subsets
     from specrag_jax.pipeline.drafting import truncate_docs, write_drafts
     from specrag_jax.pipeline.evaluation import _row_docs, load_questions
-    from specrag_jax.pipeline.factory import DEFAULT_DRAFTER
     from specrag_jax.pipeline.holdout import split_rows
     from specrag_jax.pipeline.roofline import model_cost
-    from specrag_jax.training.lora_merge import adapter_transform
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default=str(DEV))
@@ -154,12 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
-    drafter = TextModel.load(
-        DEFAULT_DRAFTER,
-        max_seq_len=2048,
-        max_batch=args.m,
-        transform_params=adapter_transform(DEFAULT_DRAFTER, DEFAULT_ADAPTERS[DEFAULT_DRAFTER]),
-    )
+    drafter = load_tuned_drafter(args.m)
     cost = model_cost(drafter)
     peaks = measure_peaks()
     subsets_fn = lexical_subsets()

@@ -32,10 +32,15 @@ def key_blocks(tables, page_size: int, lens, positions, valid, window, block_tok
     size = pages * page_size
     # Whole blocks only: a dynamic slice running past the table's end would be shifted back.
     tables = jnp.pad(tables, ((0, 0), (0, -tables.shape[1] % pages)))
-    first_key = jnp.where(window > 0, jnp.maximum(positions - window + 1, 0), 0)
+    first_key = first_visible_key(positions, window)
     lo = jnp.min(jnp.where(valid, first_key, jnp.iinfo(jnp.int32).max)) // size
     hi = jnp.maximum((jnp.max(jnp.where(valid, lens, 0)) + size - 1) // size, lo)
     return KeyBlocks(tables, pages, size, lo, hi)
+
+
+def first_visible_key(positions, window) -> jax.Array:
+    """[rows] the first key each token may see: its sliding window's start (``window`` 0: key 0)."""
+    return jnp.where(window > 0, jnp.maximum(positions - window + 1, 0), 0)
 
 
 def visible_keys(b, size: int, lens, positions, window) -> jax.Array:
@@ -54,4 +59,4 @@ def online_update(carry, scores, values_of):
     return m_new, denom * c + p.sum(-1), acc * c[..., None] + values_of(p)
 
 
-__all__ = ["KEY_BLOCK", "KeyBlocks", "key_blocks", "online_update", "visible_keys"]
+__all__ = ["KEY_BLOCK", "KeyBlocks", "first_visible_key", "key_blocks", "online_update", "visible_keys"]

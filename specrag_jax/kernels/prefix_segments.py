@@ -7,7 +7,7 @@ keeping its own (the one-hot form of ``blocked._prefix_scores``) does S times th
 after a 48-token prefix spent 30 ms a layer there against 4.8 ms for one 512-token sequence, about half of the
 whole 512-token step.
 
-Here one loop with a traced bound runs over (sequence, window of ``rows`` consecutive packed rows covering its
+Here one loop with a traced bound runs over (sequence, window of ``ROW_WINDOW`` consecutive packed rows covering its
 tokens, key block of its prefix) triples: each key block is gathered from one page table and scored against one
 window of rows. (Three nested loops ran as fast and compiled ~1.2x slower: 5.6 against 4.2-4.7 s for thirty
 layers of it at XLA's default level, against 2.4 s for the one-hot read, so ``blocked`` takes this read only for
@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from specrag_jax.kernels.key_blocks import KeyBlocks, online_update, visible_keys
+from specrag_jax.kernels.key_blocks import KeyBlocks, first_visible_key, online_update, visible_keys
 from specrag_jax.kernels.reference import MASKED_SCORE, softcap_scores
 
 ROW_WINDOW = 128  # packed rows scored against a key block at once
@@ -44,34 +44,33 @@ def segment_prefix(
     *,
     window: jax.Array,
     softcap: float | None,
-    rows: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Online-softmax ``carry`` (max, denominator ``[Hkv, G, T]``, accumulator ``[Hkv, G, T, D]``) updated with
     every valid token's own sequence's cached keys. ``qh`` ``[Hkv, G, T, D]`` scaled float32 queries; ``plan``:
-    the per-sequence page tables ``[S, P']`` padded to whole key blocks (``key_blocks``); ``rows``: the window
-    (default ``ROW_WINDOW``, read when traced)."""
+    the per-sequence page tables ``[S, P']`` padded to whole key blocks (``key_blocks``). The window is
+    ``ROW_WINDOW`` rows, read when traced."""
     hkv, g, t, d = qh.shape
     s_count = plan.tables.shape[0]
     size = plan.size
-    r = min(rows or ROW_WINDOW, t)
+    r = min(ROW_WINDOW, t)
     f32 = jnp.float32
     idx = jnp.arange(t, dtype=jnp.int32)
     start = jax.ops.segment_min(jnp.where(valid, idx, t), token_seq, s_count)  # [S] first row (t: none)
     end = jax.ops.segment_max(jnp.where(valid, idx + 1, 0), token_seq, s_count)  # [S] one past the last row
     windows = jnp.where(end > start, (end - start + r - 1) // r, 0)
-    first_key = jnp.where(window > 0, jnp.maximum(positions - window + 1, 0), 0)
-    lo = jax.ops.segment_min(jnp.where(valid, first_key // size, jnp.iinfo(jnp.int32).max), token_seq, s_count)
+    first_block = jnp.where(valid, first_visible_key(positions, window) // size, jnp.iinfo(jnp.int32).max)
+    lo = jax.ops.segment_min(first_block, token_seq, s_count)
     hi = (kv_lens + size - 1) // size
 
     kb = jnp.maximum(hi - jnp.minimum(lo, hi), 0)  # key blocks of each sequence
-    first_block = hi - kb
+    from_block = hi - kb
     items = windows * kb  # (window, key block) pairs of each sequence
     ends = jnp.cumsum(items)
 
     def step(i, carry):
         s = jnp.minimum(jnp.searchsorted(ends, i, side="right"), s_count - 1)
         j = i - (ends[s] - items[s])
-        w, b = j // kb[s], first_block[s] + j % kb[s]
+        w, b = j // kb[s], from_block[s] + j % kb[s]
         first = start[s] + w * r
         r0 = jnp.minimum(first, t - r)  # the last window is shifted back to fit the step
         at = r0 + jnp.arange(r, dtype=jnp.int32)
