@@ -10,7 +10,9 @@ verification's drafts with their passages, where most of a query block's earlier
 The bound is the larger of reading the visible cached K/V once at this machine's measured bandwidth and the
 score and value matmuls over the visible query-key pairs (4 x q heads x head_dim FLOPs each) at its measured
 matmul rate. Prefill cases of several sequences also time the prefix read they had before stop 52 (every token
-against every sequence's key block, ``kernels.blocked.SEGMENTED_PREFIX`` off): ``dispatched_one_hot_prefix_ms``.
+against every sequence's key block, ``kernels.blocked.SEGMENTED_PREFIX`` off): ``dispatched_one_hot_prefix_ms``;
+decode cases of several rows the schedule they had before stop 53 (every row reads the longest row's blocks in
+lockstep, ``kernels.decode_blocked.PACKED_DECODE`` off): ``dispatched_lockstep_decode_ms``.
 
 Usage: python benchmarks/attention_paths.py [--repeats 5] [--out benchmarks/results/attention_paths.json]
 """
@@ -29,15 +31,24 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import loadavg, run_header, write_results
-from specrag_jax.kernels import AttentionMetadata, blocked, paged_attention, paged_tree_attention_reference
+from specrag_jax.kernels import (
+    AttentionMetadata,
+    blocked,
+    decode_blocked,
+    paged_attention,
+    paged_tree_attention_reference,
+)
 from specrag_jax.machine_peaks import best_time, measure_peaks
 
 HEADS = {"smollm2": (9, 3, 64), "qwen2.5-1.5b": (12, 2, 128)}  # (q heads, kv heads, head_dim)
 PAGE = 16
-# (name, heads, queries per sequence, cached tokens per sequence, page-table bucket in pages)
+# (name, heads, queries per sequence, cached tokens per sequence, page-table bucket in pages[, live rows])
 CASES = [
     ("drafting decode, 8 drafts x 600 cached", "smollm2", 1, [600] * 5 + [0] * 3, 64),
     ("drafting decode, 8 drafts x 1,200 cached", "smollm2", 1, [1200] * 5 + [0] * 3, 128),
+    ("drafting decode, 5 rows of which 2 live (sticky width), 400 cached", "smollm2", 1, [400] * 5, 32, 2),
+    ("drafting decode, 5 drafts of 150-450 cached", "smollm2", 1, [150, 220, 300, 380, 450], 32),
+    ("server decode, 8 sequences of 60-3,000 cached", "qwen2.5-1.5b", 1, [60, 90, 150, 200, 300, 400, 3000, 120], 256),
     ("drafting prefill, 2 sequences x 256 queries, 80 cached", "smollm2", 256, [80, 80], 64),
     ("drafting prefill, 5 branches x 100 queries after a 48-token prefix", "smollm2", 100, [48] * 5, 32),
     ("standard prefill, 512 queries, 512 cached (4k prompt's 2nd chunk)", "qwen2.5-1.5b", 512, [512], 256),
@@ -51,7 +62,9 @@ TREE_CASES = [
 ]
 
 
-def build_case(heads, per_seq: int, lens: list[int], bucket_pages: int, rng):
+def build_case(heads, per_seq: int, lens: list[int], bucket_pages: int, rng, live: int | None = None):
+    """A step of ``per_seq`` tokens for each sequence of ``lens`` cached tokens; rows past ``live`` sequences are
+    padding (as a decode width's finished rows are)."""
     hq, hkv, d = heads
     s = len(lens)
     n_pages = 1 + s * bucket_pages
@@ -67,8 +80,9 @@ def build_case(heads, per_seq: int, lens: list[int], bucket_pages: int, rng):
     kv_lens = np.asarray(lens, np.int32)
     positions = kv_lens[token_seq] + offset
     parents = np.where(offset == 0, -1, np.arange(t) - 1).astype(np.int32)
+    valid = token_seq < (s if live is None else live)
     meta = AttentionMetadata(
-        token_seq, positions, parents, np.ones(t, bool), np.full(t, n_pages * PAGE, np.int32), tables, kv_lens
+        token_seq, positions, parents, valid, np.full(t, n_pages * PAGE, np.int32), tables, kv_lens
     )
     return (q, k_new, v_new, k_pool, v_pool, meta), per_seq == 1
 
@@ -116,8 +130,9 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows = []
     cases = []
-    for name, model, per_seq, lens, bucket_pages in CASES:
-        case, decode = build_case(HEADS[model], per_seq, lens, bucket_pages, rng)
+    for name, model, per_seq, lens, bucket_pages, *live in CASES:
+        case, decode = build_case(HEADS[model], per_seq, lens, bucket_pages, rng, *live)
+        lens = lens[: live[0]] if live else lens
         pairs = sum(n * per_seq + per_seq * (per_seq + 1) // 2 for n in lens)  # cached + causal chunk keys
         cases.append((name, model, case, decode, False, sum(lens), pairs))
     for name, model, cached, question, branches, bucket_pages in TREE_CASES:
@@ -134,6 +149,11 @@ def main() -> None:
             one_hot = jax.jit(functools.partial(paged_attention, scale=0.1, tree=tree, decode=decode))
             extra["dispatched_one_hot_prefix_ms"] = round(best_ms(one_hot, case, args.repeats), 3)
             blocked.SEGMENTED_PREFIX = True
+        if decode and case[5].page_table.shape[0] > 1:  # several rows: the lockstep schedule too
+            decode_blocked.PACKED_DECODE = False
+            lockstep = jax.jit(functools.partial(paged_attention, scale=0.1, tree=tree, decode=decode))
+            extra["dispatched_lockstep_decode_ms"] = round(best_ms(lockstep, case, args.repeats), 3)
+            decode_blocked.PACKED_DECODE = True
         hq, hkv, d = HEADS[model]
         kv_bytes = 2 * cached_keys * hkv * d * 4
         bound_ms = 1e3 * max(kv_bytes / peaks.bytes_per_s, 4 * hq * d * pairs / peaks.flops_per_s)

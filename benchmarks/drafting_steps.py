@@ -17,10 +17,14 @@ all:
     python benchmarks/drafting_steps.py --data ../shared/data/retrievalqa_dev.jsonl --questions 6
     python benchmarks/drafting_steps.py --ab --questions 6 --out benchmarks/results/drafting_prefix_segments.json
 
-``--ab``: the multi-sequence prefill's prefix read sequence by sequence (``kernels/prefix_segments.py``) against
-scoring every token against every sequence's key block (the old read, ``kernels.blocked.SEGMENTED_PREFIX`` off),
-in one process: per question both sides, each after dropping the traced programs and compiling its own, in
-alternating order; the drafts must be identical (greedy).
+    python benchmarks/drafting_steps.py --ab decode --questions 6 --out benchmarks/results/drafting_packed_decode.json
+
+``--ab`` compares two forms of one kernel choice in one process: per question both sides, each after dropping
+the traced programs and compiling its own, in alternating order; the drafts must be identical (greedy).
+``prefix``: the multi-sequence prefill's prefix read sequence by sequence (``kernels/prefix_segments.py``)
+against scoring every token against every sequence's key block (``kernels.blocked.SEGMENTED_PREFIX`` off).
+``decode``: decode attention over packed (row, block) pairs against every row reading the longest row's blocks
+in lockstep (``kernels.decode_blocked.PACKED_DECODE`` off).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from benchmarks.common import load_tuned_drafter, run_header, write_results
 
 DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "retrievalqa_dev.jsonl"
 TAG_STEP_TOKENS = 16  # a non-decode step of at most this many tokens: a phase's forced tag, prefilled alone
+AB_SIDES = {"prefix": ("segmented", "one_hot"), "decode": ("packed", "lockstep")}  # (new, old)
 
 
 def recorded_steps(log: list[dict]):
@@ -132,7 +137,7 @@ def side_summary(per_question: list[dict], full_width: list[dict], cost, peaks) 
 def main(argv: list[str] | None = None) -> int:
     import jax
 
-    from specrag_jax.kernels import blocked
+    from specrag_jax.kernels import blocked, decode_blocked
     from specrag_jax.machine_peaks import measure_peaks
     from specrag_jax.pipeline.clustering import lexical_subsets
     from specrag_jax.pipeline.drafting import truncate_docs, write_drafts
@@ -146,7 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--questions", type=int, default=6)
     p.add_argument("--m", type=int, default=5)
     p.add_argument("--k", type=int, default=2)
-    p.add_argument("--ab", action="store_true", help="also the one-hot prefix read, alternated per question")
+    p.add_argument(
+        "--ab",
+        nargs="?",
+        const="prefix",
+        choices=sorted(AB_SIDES),
+        help="both forms of a kernel choice, alternated per question (bare --ab: the prefix read)",
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
@@ -156,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     subsets_fn = lexical_subsets()
     log: list[dict] = []
     undo = recorded_steps(log)
-    sides = ("segmented", "one_hot") if args.ab else ("segmented",)
+    sides = AB_SIDES[args.ab] if args.ab else ("default",)
     per_question: dict[str, list[dict]] = {side: [] for side in sides}
     full_width: dict[str, list[dict]] = {side: [] for side in sides}
     try:
@@ -165,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             picked, _ = subsets_fn(row["question"], docs, args.k, args.m, 0)
             subsets = [[docs[j] for j in s] for s in picked]
             for side in sides if i % 2 == 0 else sides[::-1]:
-                blocked.SEGMENTED_PREFIX = side == "segmented"  # a trace-time switch: drop every traced program
+                # trace-time switches: drop every traced program
+                blocked.SEGMENTED_PREFIX = side != "one_hot"
+                decode_blocked.PACKED_DECODE = side != "lockstep"
                 jax.clear_caches()
                 write_drafts(drafter, row["question"], subsets)  # compiles this question's step shapes
                 log.clear()
@@ -179,17 +192,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(side, entry, flush=True)
     finally:
         undo()
-        blocked.SEGMENTED_PREFIX = True
+        blocked.SEGMENTED_PREFIX = decode_blocked.PACKED_DECODE = True
     result = {**run_header(), "peaks": peaks.to_dict(), "m": args.m, "k": args.k, "split": args.split}
     result["sides"] = {side: side_summary(per_question[side], full_width[side], cost, peaks) for side in sides}
     if args.ab:
         same = [a["drafts_sha256"] == b["drafts_sha256"] for a, b in zip(*per_question.values())]
-        assert all(same), "the drafts differ between the prefix reads"
+        assert all(same), f"the drafts differ between the {args.ab} forms"
         new, old = (result["sides"][side] for side in sides)
         ratios = {"drafting": new["drafting_s_mean"] / old["drafting_s_mean"]}
         ratios.update({k: v / old["mean_s_by_part"][k] for k, v in new["mean_s_by_part"].items()})
-        result.update(drafts_identical=True, segmented_over_one_hot=ratios)
-        print("segmented / one-hot:", {k: round(v, 3) for k, v in ratios.items()})
+        result.update(drafts_identical=True, **{f"{sides[0]}_over_{sides[1]}": ratios})
+        print(f"{sides[0]} / {sides[1]}:", {k: round(v, 3) for k, v in ratios.items()})
     for side in sides:
         print(side, {k: round(v, 3) for k, v in result["sides"][side]["mean_s_by_part"].items()})
         print(side, result["sides"][side]["full_width_decode_fit"])

@@ -40,9 +40,10 @@ def paged_attention(
 ) -> jax.Array:
     """Dispatch to an implementation; every one has the semantics of ``paged_tree_attention_reference``.
 
-    impl "reference": plain jnp (the CPU path): decode steps in key blocks up to the longest sequence
-    (``decode_blocked.py``), long single-sequence steps in query blocks (``blocked.py``; both the reference's
-    result at a lower cost), the rest ``paged_tree_attention_reference``. impl "pallas": the paged
+    impl "reference": plain jnp (the CPU path): decode steps in key blocks, a ragged batch's (row, block)
+    pairs packed so no row pays for the longest (``decode_blocked.py``), long single-sequence steps in query
+    blocks (``blocked.py``; both the reference's result at a lower cost), the rest
+    ``paged_tree_attention_reference``. impl "pallas": the paged
     decode kernel when ``decode`` (every sequence's chunk is one token), else the tree kernel (``plan``: its
     prebuilt work lists, optional). impl "dense": ``paged_tree_attention_reference`` itself, the whole page
     bucket at once: differentiable in reverse mode (the blocked paths loop to a traced bound, which ``jax.grad``

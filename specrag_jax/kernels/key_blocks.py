@@ -44,9 +44,10 @@ def first_visible_key(positions, window) -> jax.Array:
 
 
 def visible_keys(b, size: int, lens, positions, window) -> jax.Array:
-    """[rows, size] bool: which keys of block ``b`` each token sees (before its length, inside its window)."""
-    key = b * size + jnp.arange(size)
-    return (key[None, :] < lens[:, None]) & ((window <= 0) | (positions[:, None] - key[None, :] < window))
+    """[rows, size] bool: which keys of block ``b`` (one index, or one per row) each token sees (before its
+    length, inside its window)."""
+    key = jnp.reshape(b, (-1, 1)) * size + jnp.arange(size)
+    return (key < lens[:, None]) & ((window <= 0) | (positions[:, None] - key < window))
 
 
 def online_update(carry, scores, values_of):

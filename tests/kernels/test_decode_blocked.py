@@ -48,10 +48,11 @@ def decode_step(rng, heads, ps, lens, p_max, *, order=None, dtype=jnp.float32):
 
 
 @functools.cache
-def _blocked(softcap, block_tokens):
-    return jax.jit(
-        functools.partial(paged_decode_attention_blocked, scale=0.3, softcap=softcap, block_tokens=block_tokens)
+def _blocked(softcap, block_tokens, packed=None):
+    fn = functools.partial(
+        paged_decode_attention_blocked, scale=0.3, softcap=softcap, block_tokens=block_tokens, packed=packed
     )
+    return jax.jit(fn)
 
 
 @functools.cache
@@ -59,8 +60,8 @@ def _reference(softcap):
     return jax.jit(functools.partial(paged_tree_attention_reference, scale=0.3, softcap=softcap, tree=False))
 
 
-def check(case, window, softcap, block_tokens, tol=2e-5):
-    got = np.asarray(_blocked(softcap, block_tokens)(*case, window=window), np.float32)
+def check(case, window, softcap, block_tokens, tol=2e-5, packed=None):
+    got = np.asarray(_blocked(softcap, block_tokens, packed)(*case, window=window), np.float32)
     want = np.asarray(_reference(softcap)(*case, window=window), np.float32)
     assert np.abs(got - want).max() <= tol, np.abs(got - want).max()
     assert np.all(got[~np.asarray(case[-1].token_valid)] == 0)
@@ -74,13 +75,15 @@ def check(case, window, softcap, block_tokens, tol=2e-5):
     window=st.sampled_from([0, 1, 5, 33]),
     softcap=st.sampled_from([None, 20.0]),
     block_tokens=st.sampled_from([1, 16, 48, 128]),
+    packed=st.sampled_from([None, False, True]),
     seed=st.integers(0, 2**16),
 )
-def test_matches_reference_on_random_steps(heads, ps, lens, window, softcap, block_tokens, seed):
+def test_matches_reference_on_random_steps(heads, ps, lens, window, softcap, block_tokens, packed, seed):
+    """Both loop schedules (lockstep over blocks, packed (row, block) pairs; None: the default for T rows)."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(lens))  # tokens need not follow sequence order
     p_max = -(-(max(lens) + 1) // ps) + int(rng.integers(0, 3))  # a bucket wider than the longest sequence
-    check(decode_step(rng, heads, ps, lens, p_max, order=order), window, softcap, block_tokens)
+    check(decode_step(rng, heads, ps, lens, p_max, order=order), window, softcap, block_tokens, packed=packed)
 
 
 def test_edge_steps():
@@ -90,6 +93,13 @@ def test_edge_steps():
         case = decode_step(rng, HEADS[1], 16, lens, -(-(max(lens) + 1) // 16) + 1)
         check(case, 0, None, 32)
         check(case, jnp.int32(17), None, 32)
+    # packed pairs: one long row among short ones and padding, so slots of one iteration hit the same row, and
+    # an iteration's last slots lie past the step's last pair
+    for lens in ([3, 200, 1, 0, 40], [100, 100, 100, 100, 100, 100, 100, 7]):
+        case = decode_step(rng, HEADS[3], 4, lens, -(-(max(lens) + 1) // 4) + 2)
+        for packed in (False, True):
+            check(case, 0, None, 16, packed=packed)
+            check(case, 9, 20.0, 16, packed=packed)
     # bfloat16 pools and queries
     case = decode_step(rng, HEADS[0], 4, [9, 50, 3], 16, dtype=jnp.bfloat16)
     check(case, 0, 30.0, 16, tol=2e-2)
