@@ -36,7 +36,7 @@ from specrag_jax.kernels.key_blocks import KEY_BLOCK, first_visible_key, key_blo
 from specrag_jax.kernels.metadata import AttentionMetadata
 from specrag_jax.kernels.reference import MASKED_SCORE, softcap_scores
 
-PACKED_DECODE = True  # steps of several rows take the packed schedule (read at trace time; the A/B switch)
+PACKED_DECODE = True  # steps of several rows may take the packed schedule (read at trace time; the A/B switch)
 
 
 def paged_decode_attention_blocked(
@@ -57,8 +57,8 @@ def paged_decode_attention_blocked(
 
     Precondition (``pallas_decode.is_decode_step``): every valid token is the only token of its sequence
     in the step, with parent -1. q: [T, Hq, D]; k_new/v_new: [T, Hkv, D]; pools [N, page_size, Hkv, D].
-    ``packed``: the loop schedule (None: packed when T > 1 and ``PACKED_DECODE``). Returns [T, Hq, D] in q's
-    dtype; padding rows are zeros.
+    ``packed``: force a loop schedule (None: a step of several rows chooses per step, one row runs lockstep;
+    ``PACKED_DECODE`` off: lockstep). Returns [T, Hq, D] in q's dtype; padding rows are zeros.
     """
     t, hq, d = q.shape
     page_size, hkv = k_pool.shape[1], k_pool.shape[2]
