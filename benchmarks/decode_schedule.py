@@ -3,7 +3,7 @@ every row reading the longest row's key blocks in lockstep (``kernels.decode_blo
 
 A server's decode batch holds sequences of very different lengths (a 3,000-token conversation beside short
 ones); in lockstep every row pays for the longest. Here SmolLM2-135M-Instruct (real weights, no adapter)
-continues a batch of prompts cut from this repository's README to the lengths of ``--lens`` (``ragged``: a
+continues a batch of prompts cut from this repository's README to the lengths of each of ``--workloads`` (``ragged``: a
 server-like mix; ``equal``: the control, where both schedules read the same blocks), greedy, ``--new-tokens``
 each. Per round both schedules run in one process in alternating order, each after dropping the traced
 programs, compiling (one untimed pass) and timing one pass; every engine step is timed (``drafting_steps``'s
