@@ -18,13 +18,15 @@ all:
     python benchmarks/drafting_steps.py --ab --questions 6 --out benchmarks/results/drafting_prefix_segments.json
 
     python benchmarks/drafting_steps.py --ab decode --questions 6 --out benchmarks/results/drafting_packed_decode.json
+    python benchmarks/drafting_steps.py --ab rows --questions 4 --out benchmarks/results/drafting_padded_rows.json
 
 ``--ab`` compares two forms of one kernel choice in one process: per question both sides, each after dropping
 the traced programs and compiling its own, in alternating order; the drafts must be identical (greedy).
 ``prefix``: the multi-sequence prefill's prefix read sequence by sequence (``kernels/prefix_segments.py``)
 against scoring every token against every sequence's key block (``kernels.blocked.SEGMENTED_PREFIX`` off).
 ``decode``: decode attention over packed (row, block) pairs against every row reading the longest row's blocks
-in lockstep (``kernels.decode_blocked.PACKED_DECODE`` off).
+in lockstep (``kernels.decode_blocked.PACKED_DECODE`` off). ``rows``: few-rows products of 5-7 rows run at 8
+(``models.decoder.linear.PADDED_ROWS``) against at their own row count (``linear.PAD_FEW_ROWS`` off).
 """
 
 from __future__ import annotations
@@ -45,7 +47,11 @@ from benchmarks.common import load_tuned_drafter, run_header, write_results
 
 DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "retrievalqa_dev.jsonl"
 TAG_STEP_TOKENS = 16  # a non-decode step of at most this many tokens: a phase's forced tag, prefilled alone
-AB_SIDES = {"prefix": ("segmented", "one_hot"), "decode": ("packed", "lockstep")}  # (new, old)
+AB_SIDES = {  # (new, old)
+    "prefix": ("segmented", "one_hot"),
+    "decode": ("packed", "lockstep"),
+    "rows": ("padded_rows", "exact_rows"),
+}
 
 
 def recorded_steps(log: list[dict]):
@@ -139,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from specrag_jax.kernels import blocked, decode_blocked
     from specrag_jax.machine_peaks import measure_peaks
+    from specrag_jax.models.decoder import linear
     from specrag_jax.pipeline.clustering import lexical_subsets
     from specrag_jax.pipeline.drafting import truncate_docs, write_drafts
     from specrag_jax.pipeline.evaluation import _row_docs, load_questions
@@ -179,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 # trace-time switches: drop every traced program
                 blocked.SEGMENTED_PREFIX = side != "one_hot"
                 decode_blocked.PACKED_DECODE = side != "lockstep"
+                linear.PAD_FEW_ROWS = side != "exact_rows"
                 jax.clear_caches()
                 write_drafts(drafter, row["question"], subsets)  # compiles this question's step shapes
                 log.clear()
@@ -192,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(side, entry, flush=True)
     finally:
         undo()
-        blocked.SEGMENTED_PREFIX = decode_blocked.PACKED_DECODE = True
+        blocked.SEGMENTED_PREFIX = decode_blocked.PACKED_DECODE = linear.PAD_FEW_ROWS = True
     result = {**run_header(), "peaks": peaks.to_dict(), "m": args.m, "k": args.k, "split": args.split}
     result["sides"] = {side: side_summary(per_question[side], full_width[side], cost, peaks) for side in sides}
     if args.ab:

@@ -11,7 +11,8 @@ Two parts, one process, same machine state:
    off, on, on, off after one warm-up of each; every round retraces (``jax.clear_caches``) and compiles before
    it times. Greedy tokens of the decode steps must agree between the sides (asserted). ``--knob
    small-kernel-rows`` instead switches the rule for matrices under 4 MiB between stop 44's (the form at one row
-   only) and today's (up to ``SMALL_KERNEL_ROWS`` rows); ``--knob head-form`` the output head's form alone.
+   only) and today's (up to ``SMALL_KERNEL_ROWS`` rows); ``--knob head-form`` the output head's form alone;
+   ``--knob pad-rows`` few-rows products of 5-7 rows at 8 (``linear.PADDED_ROWS``) against at their own count.
 3. With ``--before-tree DIR`` (a checkout of the code before, e.g. ``git worktree add DIR HEAD~1``): the same
    steps on that code (its ``[in, out]`` kernels) against this code, each side in fresh processes alternating
    before, after, after, before (``--rounds`` per side), the before side with its own ``--before-cache`` (the
@@ -22,6 +23,8 @@ Two parts, one process, same machine state:
         --context 300 --out benchmarks/results/kernel_layout_small_kernel_rows.json
     python benchmarks/kernel_layout.py --models qwen2.5-coder-1.5b-instruct --skip-matrices --knob head-form \
         --out benchmarks/results/kernel_layout_head_form.json
+    python benchmarks/kernel_layout.py --skip-matrices --knob pad-rows --rounds 4 \
+        --out benchmarks/results/kernel_layout_pad_rows.json
     python benchmarks/kernel_layout.py --before-tree ../before --before-cache /tmp/before-cache --skip-matrices \
         --out benchmarks/results/kernel_layout_before_after.json
 """
@@ -192,6 +195,8 @@ KNOBS = {
     # stop 44's rule (one row only for matrices under LARGE_KERNEL_BYTES) against today's SMALL_KERNEL_ROWS
     "small-kernel-rows": ("SMALL_KERNEL_ROWS", (1, None), ("one_row", "small_kernel_rows")),
     "head-form": ("HEAD_FEW_ROWS_FORM", (False, True), ("head_plain", "head_form")),  # the output head only
+    # few-rows products of 5-7 / 9-15 rows at their own row count against padded to 8 / 16 (PADDED_ROWS)
+    "pad-rows": ("PAD_FEW_ROWS", (False, True), ("exact_rows", "padded_rows")),
 }
 
 

@@ -11,6 +11,11 @@ matrix (SmolLM2's 576-wide ones) gains up to ``SMALL_KERNEL_ROWS`` rows when, as
 memory (30 layers' matrices, 5 rows: 57 ms against 71 ms; 10-12 rows equal; 16 rows 5% slower), so the form is
 picked from the static row count and the kernel's size. Other platforms take the plain form (their matmul units
 choose layouts).
+
+In the few-rows form XLA:CPU's matmul is fastest at 8 and 16 rows: 5-7 rows cost more than 8, 9-15 more than 16
+(the rows it cannot fill a panel with run a slower path), so those row counts are padded with zero rows to 8 or 16
+and the padding sliced off; each row's result is bit-identical (measured: streamed layers of Qwen2.5-1.5B, 5 / 8
+rows 67 / 53 ms, 12 / 16 rows 92 / 68 ms; SmolLM2, 5 / 8 rows 25.6 / 21.1 ms; ``PADDED_ROWS``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ SMALL_KERNEL_ROWS = 8  # a smaller one up to this many rows (streamed 576-wide m
 FEW_ROWS_FORM = True  # benchmarks/kernel_layout.py switches it off for its A/B
 HEAD_FEW_ROWS_FORM = True  # the output head's form (logits_at); kernel_layout.py's head-form A/B switches it
 WIDE_HEAD_IN = 1024  # a head this wide gains from the form at 2-47 rows; a narrower one (576) loses from 8 rows
+PADDED_ROWS = (8, 16)  # few-rows products of 5-7 rows run at 8, 9-15 at 16 (PAD_FEW_ROWS: the A/B switch)
+PAD_FEW_ROWS = True
 OUT_IN_INIT = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal", in_axis=-1, out_axis=-2)
 
 
@@ -47,6 +54,14 @@ def head_few_rows_form(rows: int, hidden: int) -> bool:
     return 1 < rows < SMALL_ROWS and hidden >= WIDE_HEAD_IN
 
 
+def padded_rows(rows: int) -> int:
+    """The row count a few-rows product of ``rows`` rows runs at: ``rows`` itself up to 4 and from 17, else the
+    next of ``PADDED_ROWS``."""
+    if not PAD_FEW_ROWS or rows <= 4:
+        return rows
+    return next((p for p in PADDED_ROWS if p >= rows), rows)
+
+
 def head_logits(hidden: jax.Array, table: jax.Array) -> jax.Array:
     """float32 ``hidden [R, H] @ table[vocab, H].T`` (the table's dtype for the product, float32 accumulation)."""
     h = hidden.astype(table.dtype)
@@ -64,8 +79,11 @@ def project(x: jax.Array, kernel: jax.Array) -> jax.Array:
 def _times_transposed(x: jax.Array, w: jax.Array, few_rows: bool, out_dtype=None) -> jax.Array:
     """``x @ w.T`` for ``w [out, in]``: plain, or (``few_rows``) as ``[out, rows]`` transposed behind a barrier."""
     if few_rows:
+        rows = x.shape[0]
+        if padded_rows(rows) > rows:
+            x = jnp.pad(x, ((0, padded_rows(rows) - rows), (0, 0)))
         y = jnp.einsum("ti,oi->ot", x, w, preferred_element_type=out_dtype)
-        return jax.lax.optimization_barrier(y).T
+        return jax.lax.optimization_barrier(y).T[:rows]
     return jnp.einsum("...i,oi->...o", x, w, preferred_element_type=out_dtype)
 
 

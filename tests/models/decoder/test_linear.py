@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from specrag_jax.models.config import tiny_config
 from specrag_jax.models.decoder import linear
-from specrag_jax.models.decoder.linear import Linear, few_rows_form, head_few_rows_form, head_logits, project
+from specrag_jax.models.decoder.linear import (
+    Linear,
+    few_rows_form,
+    head_few_rows_form,
+    head_logits,
+    padded_rows,
+    project,
+)
 from specrag_jax.models.decoder.transformer import init_params
 from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.generation import greedy_generate
@@ -57,7 +64,7 @@ def took_form(fn, *args) -> bool:
 
 @settings(max_examples=30, deadline=None)
 @given(
-    rows=st.sampled_from([1, 2, 5, 16, 47, 48, 49, 80]),
+    rows=st.sampled_from([1, 2, 5, 7, 12, 16, 47, 48, 49, 80]),
     n_in=st.integers(1, 70),
     n_out=st.integers(1, 70),
     bf16=st.booleans(),
@@ -107,7 +114,7 @@ def test_form_choice_follows_rows_and_kernel_size():
 
 @settings(max_examples=25, deadline=None)
 @given(
-    rows=st.sampled_from([1, 2, 5, 16, 47, 48]),
+    rows=st.sampled_from([1, 2, 5, 6, 9, 16, 47, 48]),
     hidden=st.integers(1, 40),
     vocab=st.integers(1, 90),
     bf16=st.booleans(),
@@ -134,6 +141,35 @@ def test_head_form_choice_follows_rows_and_width():
     assert not head_few_rows_form(linear.SMALL_ROWS, wide)
 
 
+def test_few_rows_products_run_at_8_or_16_rows():
+    assert [padded_rows(r) for r in range(1, 20)] == [1, 2, 3, 4] + [8] * 4 + [16] * 8 + [17, 18, 19]
+    linear.PAD_FEW_ROWS = False
+    try:
+        assert [padded_rows(r) for r in (5, 12)] == [5, 12]
+    finally:
+        linear.PAD_FEW_ROWS = True
+
+
+@pytest.mark.parametrize("rows", [5, 7, 9, 15])
+@pytest.mark.parametrize("shape", [(576, 576), (1536, 576), (30, 70)])
+def test_padding_rows_leaves_each_row_as_it_was(rows, shape, force_form):
+    """The zero rows a few-rows product is padded with change neither the shape nor the real rows' values."""
+    force_form(True)
+    rng = np.random.default_rng(rows)
+    x = jnp.asarray(rng.standard_normal((rows, shape[1]), dtype=np.float32))
+    w = jnp.asarray(rng.standard_normal(shape, dtype=np.float32))
+    got, padded = {}, f"f32[{padded_rows(rows)},{shape[1]}]"
+    for pad in (True, False):
+        linear.PAD_FEW_ROWS = pad
+        try:
+            assert (padded in str(jax.make_jaxpr(lambda a, b: project(a, b))(x, w))) is pad  # a fresh trace
+            got[pad] = np.asarray(jax.jit(lambda a, b: project(a, b))(x, w))
+        finally:
+            linear.PAD_FEW_ROWS = True
+    assert got[True].shape == (rows, shape[0])
+    np.testing.assert_allclose(got[True], got[False], rtol=1e-6, atol=1e-6)
+
+
 def test_linear_kernel_is_out_in_with_bias():
     module = Linear(7, use_bias=True)
     variables = module.init(jax.random.PRNGKey(0), jnp.zeros((3, 5)))
@@ -154,4 +190,18 @@ def test_greedy_tokens_do_not_depend_on_the_form(arch, force_form):
         force_form(on)
         r = ModelRunner(cfg, init_params(cfg, seed=2), num_pages=64, page_size=4, max_seq_len=64)
         out[on] = greedy_generate(r, prompts, 12)
+    assert out[True] == out[False]
+
+
+def test_greedy_tokens_do_not_depend_on_row_padding(force_form, monkeypatch):
+    """Six prompts (6-row decode steps, run at 8 rows) decode the same tokens with and without the padding."""
+    cfg = tiny_config("llama")
+    prompts = [[5 + (i * 7 + j) % 60 for j in range(3 + 4 * i)] for i in range(6)]
+    force_form(True)
+    out = {}
+    for pad in (False, True):
+        monkeypatch.setattr(linear, "PAD_FEW_ROWS", pad)
+        jax.clear_caches()
+        r = ModelRunner(cfg, init_params(cfg, seed=3), num_pages=64, page_size=4, max_seq_len=64)
+        out[pad] = greedy_generate(r, prompts, 12)
     assert out[True] == out[False]
