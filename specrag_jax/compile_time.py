@@ -69,18 +69,26 @@ def _counts() -> dict[str, float]:
     return _background_totals if getattr(_thread, "background", False) else _totals
 
 
+def _own() -> dict[str, float]:
+    """This thread's own totals (a stage's compile time is the thread's that runs it)."""
+    if not hasattr(_thread, "totals"):
+        _thread.totals = {name: 0.0 for name in _FIELDS}
+    return _thread.totals
+
+
 def _on_duration(event: str, duration_secs: float, **_kwargs) -> None:
     if event in _DURATIONS:  # JAX calls listeners on the thread that compiles
         with _lock:
-            counts = _counts()
-            counts[_DURATIONS[event]] += float(duration_secs)
-            counts["programs"] += event == _BACKEND
+            for counts in (_counts(), _own()):
+                counts[_DURATIONS[event]] += float(duration_secs)
+                counts["programs"] += event == _BACKEND
 
 
 def _on_event(event: str, **_kwargs) -> None:
     if event == _HITS:
         with _lock:
             _counts()["cache_hits"] += 1
+            _own()["cache_hits"] += 1
 
 
 def _install() -> None:
@@ -102,6 +110,14 @@ def compile_stats() -> CompileStats:
     with _lock:
         _install()
         return _stats(dict(_totals))
+
+
+def thread_compile_stats() -> CompileStats:
+    """Totals of the calling thread alone since the first call of any of these functions in this process: what a
+    stage running on this thread compiled, whatever other threads compiled meanwhile."""
+    with _lock:
+        _install()
+        return _stats(dict(_own()))
 
 
 def background_stats() -> CompileStats:
@@ -159,4 +175,5 @@ __all__ = [
     "background_summary",
     "compile_seconds",
     "compile_stats",
+    "thread_compile_stats",
 ]

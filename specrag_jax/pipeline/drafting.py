@@ -6,6 +6,7 @@ import dataclasses
 import time
 from typing import Sequence
 
+from specrag_jax.compile_time import thread_compile_stats
 from specrag_jax.models.generation import Phase
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
@@ -137,7 +138,7 @@ def write_drafts(
     ``closed``: the question's choices/instruction go into the prompt, and each answer becomes its exact label
     (a draft whose response gives no label keeps its text and counts as unparsed).
     """
-    t0 = time.perf_counter()
+    t0, compile_start = time.perf_counter(), thread_compile_stats()
     prefix_ids, suffixes = draft_prompts(drafter, question, subsets, closed)
     response_ids = drafter.tokenizer.encode("\n" + RESPONSE_TAG, add_bos=False)
     rationales: dict[int, tuple[str, float, int]] = {}
@@ -184,6 +185,7 @@ def write_drafts(
     shared = phase1[0].shared_prefix_tokens if phase1 else 0
     stats = {
         "drafting_s": time.perf_counter() - t0,
+        "drafting_compile_s": (thread_compile_stats() - compile_start).total_s,  # one-time XLA work inside it
         "drafter_prefill_tokens": sum(len(prefix_ids) + len(s) - shared for s in suffixes) + shared + phase2_prefill,
         "drafter_shared_prefix_tokens": shared,
         "drafter_decode_tokens": sum(len(r.token_ids) for r in phase1 + phase2),

@@ -28,9 +28,10 @@ PREFILL_CHUNK = DEFAULT_MAX_PREFILL_TOKENS  # tokens per prefill step
 
 @dataclasses.dataclass(frozen=True)
 class StageRoofline:
-    measured_s: float
+    measured_s: float  # the stage's time without its own one-time XLA work (``compile_s``)
     cost: Cost
     peaks: MachinePeaks
+    compile_s: float = 0.0
 
     def to_dict(self) -> dict:
         compute = self.cost.flops / self.peaks.flops_per_s
@@ -45,6 +46,7 @@ class StageRoofline:
             "compute_s": _sig(compute),
             "memory_s": _sig(memory),
             "steps": self.cost.steps,
+            "compile_s": _sig(self.compile_s),
         }
 
 
@@ -105,11 +107,14 @@ def stage_costs(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method:
 
 
 def roofline(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method: str, peaks: MachinePeaks) -> dict:
-    """The trace's ``roofline`` entry: per stage measured, bound and ratio (plus FLOPs, bytes, steps)."""
-    return {
-        stage: StageRoofline(s, cost, peaks).to_dict()
-        for stage, (s, cost) in stage_costs(trace, drafter, verifier, method).items()
-    }
+    """The trace's ``roofline`` entry: per stage measured, bound and ratio (plus FLOPs, bytes, steps). A stage that
+    records its own compile seconds (``<stage>_compile_s``: drafting, verification, evidence verification) is
+    measured without them, as an answer's latency is: ``compile_s`` says how much was taken out."""
+    out = {}
+    for stage, (s, cost) in stage_costs(trace, drafter, verifier, method).items():
+        compile_s = min(float(trace.get(f"{stage}_compile_s") or 0.0), s)
+        out[stage] = StageRoofline(s - compile_s, cost, peaks, compile_s).to_dict()
+    return out
 
 
 def mean_roofline(entries: Iterable[Mapping[str, Mapping]]) -> dict:
@@ -117,17 +122,18 @@ def mean_roofline(entries: Iterable[Mapping[str, Mapping]]) -> dict:
     sums: dict[str, list[float]] = {}
     for entry in entries:
         for stage, row in entry.items():
-            acc = sums.setdefault(stage, [0.0] * 5)
-            for i, key in enumerate(("measured_s", "bound_s", "gflop", "gbytes")):
+            acc = sums.setdefault(stage, [0.0] * 6)
+            for i, key in enumerate(("measured_s", "bound_s", "gflop", "gbytes", "compile_s")):
                 acc[i] += row.get(key, 0.0)
-            acc[4] += 1
+            acc[5] += 1
     out = {}
-    for stage, (m, b, gflop, gbytes, n) in sorted(sums.items()):
+    for stage, (m, b, gflop, gbytes, compile_s, n) in sorted(sums.items()):
         out[stage] = {
             "measured_s": _sig(m / n),
             "bound_s": _sig(b / n),
             "ratio": _sig(m / b) if b > 0 else None,
             "questions": int(n),
+            "compile_s": _sig(compile_s / n),
         }
         if gflop or gbytes:
             out[stage].update(gflop=_sig(gflop / n), gbytes=_sig(gbytes / n))

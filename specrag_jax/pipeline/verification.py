@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from specrag_jax.compile_time import thread_compile_stats
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.closed_set import ClosedSet
@@ -63,7 +64,7 @@ def verify_drafts(
 
     ``chat``: the question, each draft and the reflection prompt as chat turns (see verifier_prompts); ``closed``:
     a closed-set question's choices/instruction follow the question in the prefix (each draft's answer is its label)."""
-    t0 = time.perf_counter()
+    t0, compile_start = time.perf_counter(), thread_compile_stats()
     if evidence is not None and len(evidence) != len(drafts):
         raise SpecRagError(
             f"evidence-aware verification needs one passage list per draft ({len(evidence)} for {len(drafts)} drafts)"
@@ -114,14 +115,17 @@ def verify_drafts(
         setattr(d, f"{field}_tokens", n)
         setattr(d, f"{reflection}_logprob", float(logprobs[start + n]))
         setattr(d, f"{reflection}_no_logprob", float(logprobs[start + n + 1]))
+    compile_s = (thread_compile_stats() - compile_start).total_s  # one-time XLA work inside the stage
     if evidence is None:
         return {
             "verification_s": time.perf_counter() - t0,
+            "verification_compile_s": compile_s,
             "verifier_prefix_tokens": len(prefix),
             "verifier_tree_tokens": len(tokens),
         }
     return {
         "evidence_verification_s": time.perf_counter() - t0,
+        "evidence_verification_compile_s": compile_s,
         "evidence_prefix_tokens": len(prefix),
         "evidence_tree_tokens": len(tokens),
     }

@@ -92,6 +92,7 @@ class RagTrace(TypedDict, total=False):
     clustering_docs: Annotated[Count, Field(description="documents embedded")]
     subset_notes: Annotated[list[str], Field(description="why fewer subsets (drafts) than m were made")]
     drafting_s: Annotated[float, Field(description="seconds of drafting (all drafts in one batched generation)")]
+    drafting_compile_s: Annotated[float, Field(description="of drafting_s, one-time XLA compilation on its thread")]
     drafter_prefill_tokens: Annotated[Count, Field(description="prompt tokens the drafter prefilled")]
     drafter_shared_prefix_tokens: Annotated[Count, Field(description="of them, the prefix the drafts share (once)")]
     drafter_decode_tokens: Annotated[Count, Field(description="tokens the drafter generated")]
@@ -100,9 +101,13 @@ class RagTrace(TypedDict, total=False):
     parsed_drafts: Annotated[Count, Field(description="drafts that followed the rationale/response format")]
     first_draft_token_s: Annotated[float, Field(description="seconds from the start to the first draft token")]
     verification_s: Annotated[float, Field(description="seconds of plain verification (rho)")]
+    verification_compile_s: Annotated[float, Field(description="of verification_s, one-time XLA compilation")]
     verifier_prefix_tokens: Annotated[Count, Field(description="prefix tokens of the plain verification")]
     verifier_tree_tokens: Annotated[Count, Field(description="tokens in the plain verification tree")]
     evidence_verification_s: Annotated[float, Field(description="seconds of evidence-aware verification")]
+    evidence_verification_compile_s: Annotated[
+        float, Field(description="of evidence_verification_s, one-time XLA compilation")
+    ]
     evidence_prefix_tokens: Annotated[Count, Field(description="prefix tokens of evidence verification")]
     evidence_tree_tokens: Annotated[Count, Field(description="tokens in the evidence verification tree")]
     consensus: Annotated[bool, Field(description="all drafts agreed, verification skipped (``consensus``)")]

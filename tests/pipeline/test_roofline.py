@@ -112,7 +112,23 @@ def test_standard_and_lossless_name_their_generation_stage():
 
 def test_mean_roofline_is_the_ratio_of_means():
     rows = [{"s": {"measured_s": 2.0, "bound_s": 1.0}}, {"s": {"measured_s": 4.0, "bound_s": 1.0}}]
-    assert mean_roofline(rows) == {"s": {"measured_s": 3.0, "bound_s": 1.0, "ratio": 3.0, "questions": 2}}
+    assert mean_roofline(rows) == {
+        "s": {"measured_s": 3.0, "bound_s": 1.0, "ratio": 3.0, "questions": 2, "compile_s": 0.0}
+    }
+
+
+def test_a_stage_is_measured_without_its_own_compile_time():
+    """``<stage>_compile_s`` (one-time XLA work on the stage's thread) is taken out of the stage's measured time and
+    reported beside it, as an answer's latency leaves compilation out; never below zero."""
+    mc = _cost()
+    plain = roofline(_trace(), mc, mc, "speculative", PEAKS)
+    table = roofline(_trace(drafting_compile_s=0.5, evidence_verification_compile_s=9.0), mc, mc, "speculative", PEAKS)
+    assert plain["drafting"]["compile_s"] == 0.0 and plain["drafting"]["measured_s"] == pytest.approx(2.0)
+    assert table["drafting"]["measured_s"] == pytest.approx(1.5) and table["drafting"]["compile_s"] == 0.5
+    assert table["drafting"]["ratio"] == pytest.approx(1.5 / table["drafting"]["bound_s"], rel=1e-3)
+    assert table["evidence_verification"]["measured_s"] == 0.0  # clamped: the stage's 3.0 s, all of it compiling
+    assert table["clustering"] == plain["clustering"]  # a stage without its own compile count is unchanged
+    assert mean_roofline([table, plain])["drafting"]["compile_s"] == pytest.approx(0.25)
 
 
 def test_measured_peaks_are_positive_and_devices_are_known():
