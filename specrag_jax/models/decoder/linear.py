@@ -80,8 +80,9 @@ def _times_transposed(x: jax.Array, w: jax.Array, few_rows: bool, out_dtype=None
     """``x @ w.T`` for ``w [out, in]``: plain, or (``few_rows``) as ``[out, rows]`` transposed behind a barrier."""
     if few_rows:
         rows = x.shape[0]
-        if padded_rows(rows) > rows:
-            x = jnp.pad(x, ((0, padded_rows(rows) - rows), (0, 0)))
+        extra = padded_rows(rows) - rows
+        if extra:
+            x = jnp.pad(x, ((0, extra), (0, 0)))
         y = jnp.einsum("ti,oi->ot", x, w, preferred_element_type=out_dtype)
         return jax.lax.optimization_barrier(y).T[:rows]
     return jnp.einsum("...i,oi->...o", x, w, preferred_element_type=out_dtype)
