@@ -42,7 +42,12 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         help="decode with token-tree speculation: none (default) or ngram (prompt lookup); the output "
         "is the model's own (greedy: identical), in fewer steps",
     )
-    p.add_argument("--spec-budget", type=int, default=16, help="largest token tree per step: 8, 16, 32 or 64")
+    p.add_argument(
+        "--spec-budget",
+        type=int,
+        default=None,
+        help="largest token tree per step: 8, 16, 32 or 64 (default: 8 on CPU, 16 on a GPU or TPU)",
+    )
     add_quiet(p)
     from specrag_jax.parallel.cli import add_mesh_arguments
 
@@ -53,15 +58,15 @@ def _generate_speculation(args: argparse.Namespace):
     """The Speculation of ``specrag generate --speculative``, or None; bad flags fail before loading."""
     from specrag_jax.models.speculative.decode import Speculation
     from specrag_jax.models.speculative.ngram_proposer import NgramProposer
-    from specrag_jax.models.speculative.tree import check_budget
+    from specrag_jax.models.speculative.tree import check_budget, default_tree_budget
 
     if args.speculative not in ("none", "ngram"):
         raise SpecRagError(
             f"unknown proposer {args.speculative!r} for --speculative (choose one of none, ngram; "
             f"draft proposals come from `specrag ask --method lossless`)"
         )
-    check_budget(args.spec_budget)
-    return None if args.speculative == "none" else Speculation(NgramProposer(), args.spec_budget)
+    budget = check_budget(default_tree_budget() if args.spec_budget is None else args.spec_budget)
+    return None if args.speculative == "none" else Speculation(NgramProposer(), budget)
 
 
 def _generate(args: argparse.Namespace) -> int:

@@ -120,6 +120,15 @@ def thread_compile_stats() -> CompileStats:
         return _stats(dict(_own()))
 
 
+def thread_compile_s() -> float:
+    """This thread's one-time XLA seconds so far (``thread_compile_stats().total_s``): the engine marks it when a
+    request starts, ends its prefill and ends, to split a request's compile seconds by phase."""
+    with _lock:
+        _install()
+        t = _own()
+        return t["trace_s"] + t["lower_s"] + t["backend_s"]
+
+
 def background_stats() -> CompileStats:
     """Totals of the threads inside ``background_compiles`` (programs loaded ahead of use, overlapped)."""
     with _lock:

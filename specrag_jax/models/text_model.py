@@ -31,6 +31,8 @@ class TextResult:
     prefill_s: float
     decode_s: float
     speculation: SpeculationStats | None = None  # decode-phase counts when generated with speculation
+    prefill_compile_s: float = 0.0  # of prefill_s, one-time XLA work (a program compiled or loaded)
+    decode_compile_s: float = 0.0  # of decode_s, the same
 
 
 def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
@@ -150,5 +152,14 @@ class TextModel:
     def _to_text(self, r: GenerationResult, stops: Sequence[str]) -> TextResult:
         text, _ = _cut_at_stop(self.tokenizer.decode(r.token_ids), stops)
         return TextResult(
-            text, r.token_ids, r.logprobs, r.finish_reason, r.num_prompt_tokens, r.prefill_s, r.decode_s, r.speculation
+            text,
+            r.token_ids,
+            r.logprobs,
+            r.finish_reason,
+            r.num_prompt_tokens,
+            r.prefill_s,
+            r.decode_s,
+            r.speculation,
+            r.prefill_compile_s,
+            r.decode_compile_s,
         )

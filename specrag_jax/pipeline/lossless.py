@@ -15,7 +15,7 @@ from typing import Sequence
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.speculative.decode import Speculation, SpeculationStats, combine_stats, merge_stats
 from specrag_jax.models.speculative.proposers import PROPOSERS, make_proposer
-from specrag_jax.models.speculative.tree import check_budget
+from specrag_jax.models.speculative.tree import check_budget, default_tree_budget
 from specrag_jax.models.tokenizer.base import Tokenizer
 from specrag_jax.pipeline.drafting import Draft
 
@@ -53,9 +53,11 @@ def draft_token_streams(tokenizer: Tokenizer, drafts: Sequence[Draft]) -> list[l
 
 
 def lossless_speculation(
-    tokenizer: Tokenizer, drafts: Sequence[Draft], proposer: str = "both", budget: int = 16
+    tokenizer: Tokenizer, drafts: Sequence[Draft], proposer: str = "both", budget: int | None = None
 ) -> Speculation:
-    """The verifier's ``Speculation`` for one answer: ``proposer`` (ngram, drafts, both) over these drafts."""
+    """The verifier's ``Speculation`` for one answer: ``proposer`` (ngram, drafts, both) over these drafts, trees of
+    up to ``budget`` tokens (default: the platform's, ``tree.default_tree_budget``)."""
+    budget = default_tree_budget() if budget is None else budget
     check_lossless(proposer, budget)
     streams = draft_token_streams(tokenizer, drafts) if needs_drafts(proposer) else []
     return Speculation(make_proposer(proposer, streams), budget)

@@ -92,8 +92,9 @@ def add_rag_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--spec-budget",
         type=int,
-        default=16,
-        help="lossless method's largest token tree per verifier step: 8, 16, 32 or 64",
+        default=None,
+        help="lossless method's (and fallback's) largest token tree per verifier step: 8, 16, 32 or 64 "
+        "(default: 8 on CPU, 16 on a GPU or TPU)",
     )
     from specrag_jax.rerank.options import add_rerank_arguments
 
@@ -165,8 +166,8 @@ def rag_config_from_args(args: argparse.Namespace):
         seed=args.seed,
         verifier_prompt=args.verifier_prompt,
         proposer=args.proposer,
-        tree_budget=args.spec_budget,
         **rerank_fields(args),
+        **({} if args.spec_budget is None else {"tree_budget": args.spec_budget}),  # None: the platform's default
     )
     cfg.check()
     started = cfg.progressive_prefill or getattr(args, "concurrency", 1) > 1  # answers on started engines

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.speculative.tree import default_tree_budget
 from specrag_jax.pipeline.clustering import check_clustering
 from specrag_jax.pipeline.lossless import check_lossless
 from specrag_jax.pipeline.progressive import check_progressive
@@ -36,7 +37,8 @@ class RAGConfig:
     seed: int = 0
     verifier_prompt: str = "auto"  # "chat" | "plain" | "auto" (chat for an instruction-tuned verifier)
     proposer: str = "both"  # lossless mode's proposer: "ngram" | "drafts" | "both"
-    tree_budget: int = 16  # lossless mode's largest token tree per verifier step (8, 16, 32 or 64)
+    # lossless mode's (and the lossless fallback's) largest token tree per verifier step: 8, 16, 32 or 64
+    tree_budget: int = dataclasses.field(default_factory=default_tree_budget)  # 8 on CPU, 16 on GPU / TPU
     lossless_fallback: bool = True  # the tau_min "standard" fallback decodes through the lossless path
     # fall back before verifying when no draft's support can reach tau_min (selection.certain_fallback): the same
     # answer without the verification pass

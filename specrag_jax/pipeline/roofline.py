@@ -96,7 +96,7 @@ def stage_costs(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method:
             cost = tree_cost(verifier, int(trace[f"{key}_prefix_tokens"]), int(trace[f"{key}_tree_tokens"]), drafts)
             out[name] = (float(trace[f"{name}_s"]), cost)
     if "verifier_prefill_tokens" in trace and trace.get("generation_s") is not None:
-        name = "fallback" if method == "speculative" else method
+        name = generation_stage(method)
         prefill, decode = _generation(trace, verifier)
         total = float(trace["generation_s"])
         out[name] = (total, prefill + decode)
@@ -106,13 +106,32 @@ def stage_costs(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method:
     return out
 
 
+def stage_compile_s(trace: Mapping, stage: str, method: str) -> float:
+    """A stage's own one-time XLA seconds in the trace: ``<stage>_compile_s`` (drafting, verification, evidence
+    verification); for the verifier's answer (``generation_stage``) its phases' ``verifier_prefill_compile_s`` and
+    ``verifier_decode_compile_s``, both for the whole stage."""
+    if f"{stage}_compile_s" in trace:
+        return float(trace[f"{stage}_compile_s"] or 0.0)
+    name, _, phase = stage.partition(".")
+    if name != generation_stage(method):
+        return 0.0
+    phases = ("prefill", "decode") if not phase else (phase,)
+    return sum(float(trace.get(f"verifier_{p}_compile_s") or 0.0) for p in phases)
+
+
+def generation_stage(method: str) -> str:
+    """The roofline stage of the verifier's own answer: the cascade's ``fallback``, else the method's name."""
+    return "fallback" if method == "speculative" else method
+
+
 def roofline(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method: str, peaks: MachinePeaks) -> dict:
     """The trace's ``roofline`` entry: per stage measured, bound and ratio (plus FLOPs, bytes, steps). A stage that
-    records its own compile seconds (``<stage>_compile_s``: drafting, verification, evidence verification) is
-    measured without them, as an answer's latency is: ``compile_s`` says how much was taken out."""
+    records its own compile seconds (``stage_compile_s``: drafting, verification, evidence verification, the
+    verifier's answer and its prefill and decode) is measured without them, as an answer's latency is: ``compile_s``
+    says how much was taken out."""
     out = {}
     for stage, (s, cost) in stage_costs(trace, drafter, verifier, method).items():
-        compile_s = min(float(trace.get(f"{stage}_compile_s") or 0.0), s)
+        compile_s = min(stage_compile_s(trace, stage, method), s)
         out[stage] = StageRoofline(s - compile_s, cost, peaks, compile_s).to_dict()
     return out
 

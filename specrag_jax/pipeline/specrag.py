@@ -270,6 +270,8 @@ class SpecRAG:
             verifier_prefill_tokens=res.num_prompt_tokens,
             verifier_decode_tokens=len(res.token_ids),
             verifier_decode_s=res.decode_s,
+            verifier_prefill_compile_s=res.prefill_compile_s,  # one-time XLA work inside the generation's phases
+            verifier_decode_compile_s=res.decode_compile_s,
         )
         if speculation is not None:
             trace["speculation"] = speculation_trace(res.speculation)

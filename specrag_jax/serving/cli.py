@@ -49,7 +49,12 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
         help="completions and chat completions decode with token-tree speculation: none (default) or "
         "ngram (prompt lookup); the output is the model's own (greedy: identical)",
     )
-    p.add_argument("--spec-budget", type=int, default=16, help="largest token tree per step: 8, 16, 32 or 64")
+    p.add_argument(
+        "--spec-budget",
+        type=int,
+        default=None,
+        help="largest token tree per step: 8, 16, 32 or 64 (default: 8 on CPU, 16 on a GPU or TPU)",
+    )
     p.add_argument("--n-docs", type=int, default=10)
     p.add_argument("--m", type=int, default=5, help="default number of drafts")
     p.add_argument("--k", type=int, default=2, help="default number of clusters")
@@ -171,7 +176,7 @@ def build_service(args: argparse.Namespace):
         ),
         rag=rag,
         speculative=args.speculative,
-        spec_budget=args.spec_budget,
+        **({} if args.spec_budget is None else {"spec_budget": args.spec_budget}),  # None: the platform's default
     )
     from specrag_jax.parallel.cli import placements_from_args
 

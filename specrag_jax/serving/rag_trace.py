@@ -127,5 +127,11 @@ class RagTrace(TypedDict, total=False):
     verifier_prefill_tokens: Annotated[Count, Field(description="prompt tokens of the verifier's answer")]
     verifier_decode_tokens: Annotated[Count, Field(description="tokens the verifier generated for its answer")]
     verifier_decode_s: Annotated[float, Field(description="seconds the verifier spent decoding its answer")]
+    verifier_prefill_compile_s: Annotated[
+        float, Field(description="of the answer's prefill, one-time XLA compilation on the engine's thread")
+    ]
+    verifier_decode_compile_s: Annotated[
+        float, Field(description="of verifier_decode_s, one-time XLA compilation on the engine's thread")
+    ]
     speculation: Annotated[SpeculationTrace, Field(description="token-tree speculation of the lossless path")]
     total_s: Annotated[float, Field(description="seconds this method took in all (shared stages included)")]

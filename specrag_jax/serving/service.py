@@ -24,7 +24,7 @@ from specrag_jax.models.engine.state import StageFn
 from specrag_jax.models.engine.warmup import check_map_budget, step_shapes, warmup
 from specrag_jax.models.speculative.decode import Speculation, check_can_speculate
 from specrag_jax.models.speculative.ngram_proposer import NgramProposer
-from specrag_jax.models.speculative.tree import check_budget
+from specrag_jax.models.speculative.tree import check_budget, default_tree_budget
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.clustering import SubsetFn
 from specrag_jax.pipeline.reranking import OneAtATime, Scorer
@@ -60,7 +60,8 @@ class ServeConfig:
     prefix_cache: bool = True
     rag: RAGConfig = dataclasses.field(default_factory=RAGConfig)
     speculative: str = "none"  # completions / chat completions speculate with this proposer: none | ngram
-    spec_budget: int = 16  # their largest token tree per step (8, 16, 32 or 64)
+    # their largest token tree per step (8, 16, 32 or 64): 8 on CPU, 16 on a GPU or TPU
+    spec_budget: int = dataclasses.field(default_factory=default_tree_budget)
 
     def __post_init__(self) -> None:
         if self.speculative not in SPECULATIVE:

@@ -4,6 +4,7 @@ eval JSON's ``speculation`` contract is checked in test_eval_cli.py, on its shar
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -12,7 +13,9 @@ from specrag_jax.cli import main
 from specrag_jax.errors import SpecRagError
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.lossless import draft_token_streams, lossless_speculation
+from specrag_jax.pipeline.rag_cli import add_rag_options, rag_config_from_args
 from specrag_jax.pipeline.specrag import RAGConfig
+from specrag_jax.serving.service import ServeConfig
 
 SMOL = "smollm2-135m-instruct"
 DOCS = [
@@ -105,6 +108,16 @@ def test_config_checks_proposer_and_budget():
         RAGConfig(proposer="x").check()
     with pytest.raises(SpecRagError, match="tree budget"):
         RAGConfig(tree_budget=100).check()
+
+
+@pytest.mark.parametrize("flags, budget", [([], 8), (["--spec-budget", "16"], 16)])
+def test_tree_budget_defaults_to_the_platforms(flags, budget):
+    """No --spec-budget: 8 on CPU (the suite's platform), what ``specrag ask`` / ``eval`` and the server's RAG run."""
+    p = argparse.ArgumentParser()
+    add_rag_options(p)
+    assert rag_config_from_args(p.parse_args(flags)).tree_budget == budget
+    assert RAGConfig().tree_budget == 8 and ServeConfig().spec_budget == 8
+    assert lossless_speculation(_WordTokenizer(), []).max_budget == 8
 
 
 class _WordTokenizer:

@@ -131,6 +131,20 @@ def test_a_stage_is_measured_without_its_own_compile_time():
     assert mean_roofline([table, plain])["drafting"]["compile_s"] == pytest.approx(0.25)
 
 
+@pytest.mark.parametrize("method, name", [("speculative", "fallback"), ("standard", "standard")])
+def test_the_verifiers_answer_is_measured_without_its_phases_compile_time(method, name):
+    """The answer's prefill and decode each lose their own compile seconds, the whole stage both."""
+    mc = _cost()
+    gen = dict(generation_s=4.0, verifier_prefill_tokens=800, verifier_decode_tokens=10, verifier_decode_s=1.0)
+    compiled = dict(verifier_prefill_compile_s=0.75, verifier_decode_compile_s=0.25)
+    plain = roofline(_trace(**gen), mc, mc, method, PEAKS)
+    table = roofline(_trace(**gen, **compiled), mc, mc, method, PEAKS)
+    assert table[f"{name}.prefill"]["measured_s"] == pytest.approx(2.25) and plain[f"{name}.prefill"]["compile_s"] == 0
+    assert table[f"{name}.decode"]["measured_s"] == pytest.approx(0.75)
+    assert table[name]["measured_s"] == pytest.approx(3.0) and table[name]["compile_s"] == pytest.approx(1.0)
+    assert table["drafting"] == plain["drafting"]  # other stages keep their own counts
+
+
 def test_measured_peaks_are_positive_and_devices_are_known():
     p = measure_peaks(repeats=1, m=64, k=64, n=64, mib=4)
     assert p.flops_per_s > 0 and p.bytes_per_s > 0 and p.source == "measured"

@@ -22,6 +22,7 @@ import time
 from concurrent.futures import Future
 from typing import Callable, Sequence
 
+from specrag_jax.compile_time import thread_compile_s
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.engine.admission import Admitter, worst_case_pages
 from specrag_jax.models.engine.policy import Backpressure, SchedulerConfig
@@ -412,7 +413,7 @@ class Engine:
             if req.speculation is not None:
                 for s in req.seqs:
                     s.spec_stats = SpeculationStats()
-            req.admitted_at = time.perf_counter()
+            req.admitted_at, req.admitted_compile_s = time.perf_counter(), thread_compile_s()
             st.stage("queue", req.admitted_at - req.submitted_at)
             st.running.append(req)
             self.counters["admitted"] += 1

@@ -79,6 +79,10 @@ class Seq:
     prefill_done_at: float = 0.0
     finished_at: float = 0.0
     phase_started_at: float = 0.0
+    # the engine thread's compile seconds (``compile_time.thread_compile_s``) at those three moments
+    prefill_done_compile_s: float = 0.0
+    finished_compile_s: float = 0.0
+    phase_started_compile_s: float = 0.0
     phase: int = 0  # index into the request's phases (generate_phases requests)
     phase_results: list = dataclasses.field(default_factory=list)  # GenerationResult of each finished phase
     spec_stats: SpeculationStats | None = None  # decode counts of the current phase (speculating requests)
@@ -122,6 +126,7 @@ class Request:
     cached_tokens: int = 0  # prompt tokens served by the prefix cache
     submitted_at: float = dataclasses.field(default_factory=time.perf_counter)
     admitted_at: float = 0.0
+    admitted_compile_s: float = 0.0  # the engine thread's compile seconds when it was admitted
     on_cancel: Callable[[], None] | None = None  # set by the engine that queued it: wakes its loop
 
     def cancel(self) -> None:

@@ -32,6 +32,9 @@ class GenerationResult:
     num_prompt_tokens: int
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    # of those, one-time XLA work on the engine's thread (a program compiled or loaded for a step it ran)
+    prefill_compile_s: float = 0.0
+    decode_compile_s: float = 0.0
     shared_prefix_tokens: int = 0  # prompt tokens whose K/V came from pages shared with other branches
     speculation: SpeculationStats | None = None  # decode-phase counts when the request speculated
     top_logprobs: list | None = None  # per token (ids, log-probabilities) of the likeliest, when asked

@@ -134,6 +134,7 @@ class EngineState:
     def result_of(s: Seq) -> GenerationResult:
         """The result of a sequence's current (just finished) phase."""
         start = s.req.admitted_at if not s.phase_results else s.phase_started_at
+        compiled = s.req.admitted_compile_s if not s.phase_results else s.phase_started_compile_s
         return GenerationResult(
             list(s.out),
             list(s.logprobs),
@@ -142,6 +143,8 @@ class EngineState:
             s.prefill_done_at - start,
             s.finished_at - s.prefill_done_at,
             shared_prefix_tokens=s.req.shared_len,
+            prefill_compile_s=max(s.prefill_done_compile_s - compiled, 0.0),
+            decode_compile_s=max(s.finished_compile_s - s.prefill_done_compile_s, 0.0),
             speculation=s.spec_stats,
             top_logprobs=list(s.top_logprobs) if s.sampling.top_logprobs else None,
         )

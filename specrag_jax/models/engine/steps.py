@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from specrag_jax.compile_time import thread_compile_s
 from specrag_jax.kernels import chain_parents
 from specrag_jax.models.engine.policy import SchedulerConfig
 from specrag_jax.models.engine.requests import PhaseError, Request, Seq, TopLogprobs, top_of
@@ -191,7 +192,7 @@ class StepBuilder:
     # ------------------------------------------------------------------ results
     def dispatch(self, work: Work, outcome) -> None:
         eng = self.state
-        now = time.perf_counter()
+        now, compiled = time.perf_counter(), thread_compile_s()  # the step's own compile falls before ``now``
         eng.stage(f"{work.kind}_step", now - self.t_start)
         eng.counters["steps"] += 1
         eng.counters["step_tokens"] += sum(len(c.tokens) for c in work.chunks)
@@ -200,7 +201,7 @@ class StepBuilder:
             eng.counters["prefill_tokens"] += n
             if s.prefilling:
                 continue
-            s.prefill_done_at = now
+            s.prefill_done_at, s.prefill_done_compile_s = now, compiled
             eng.cache.insert(s.prompt, s.pages)
             if s.sampling is None and s.req.kind == "generate" and s.req.prefix_seq is s:
                 eng.prefix_ready(s.req)
@@ -251,7 +252,7 @@ class StepBuilder:
         limit, stop_fn = req.phase_limit(s)
         s.finish = finish_reason(token, s.out, s.branch, eng.eos_ids, stop_fn, limit)
         if s.finish is not None:
-            s.finished_at = now
+            s.finished_at, s.finished_compile_s = now, thread_compile_s()
             if s.phase < len(req.phases) - 1:
                 self._next_phase(s, now)
             elif s.pages:
@@ -277,4 +278,4 @@ class StepBuilder:
         s.prompt, s.prefilled = prompt, prefilled
         s.out, s.logprobs, s.top_logprobs, s.finish = [], [], [], None
         s.phase += 1
-        s.phase_started_at = now
+        s.phase_started_at, s.phase_started_compile_s = now, s.finished_compile_s

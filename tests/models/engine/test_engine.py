@@ -21,6 +21,7 @@ from specrag_jax.models.engine.requests import (
 )
 from specrag_jax.models.generation import Generator, greedy_generate
 from specrag_jax.models.sampling.params import SamplingParams
+from specrag_jax.serving.tiny import tiny_text_model
 from tests.models.engine.conftest import assert_pages_home
 
 PROMPTS = [[5 + (i * 7 + j) % 60 for j in range(3 + 5 * i)] for i in range(8)]
@@ -203,3 +204,19 @@ def test_backpressure_shrinks_when_busy_and_grows_when_idle():
     assert [bp.update(0, 0.9) for _ in range(3)] == [64, 128, 256]
     fixed = Backpressure(SchedulerConfig(token_budget=256, backpressure=False))
     assert fixed.update(50, 0.01) == 256
+
+
+def test_results_split_their_compile_seconds_by_phase():
+    """A fresh model's first request compiles its prefill and decode programs on the engine's thread, each counted
+    in its own phase (within that phase's seconds); a request of the same shapes after it compiles nothing."""
+    model = tiny_text_model("tiny:llama", seed=13, num_pages=32, page_size=4, max_seq_len=128)
+    engine = Engine(model.runner, model.generator.eos_ids, name="compile").start()
+    other = [5 + (t + 1) % 60 for t in PROMPTS[4]]  # same length, no shared prefix: the same step shapes
+    try:
+        first = engine.submit_generate([], [PROMPTS[4]], max_new_tokens=5).result(120)[0]
+        again = engine.submit_generate([], [other], max_new_tokens=5).result(60)[0]
+    finally:
+        engine.stop(drain=False)
+        engine.cache.clear()
+    assert 0 < first.prefill_compile_s <= first.prefill_s and 0 < first.decode_compile_s <= first.decode_s
+    assert again.prefill_compile_s == again.decode_compile_s == 0.0

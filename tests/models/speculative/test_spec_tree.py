@@ -13,7 +13,9 @@ from specrag_jax.models.speculative.tree import (
     TREE_BUDGETS,
     TokenTree,
     build_tree,
+    check_budget,
     count_trie_nodes,
+    default_tree_budget,
     fit_budget,
     largest_fitting_budget,
     stack_trees,
@@ -112,6 +114,12 @@ def test_bad_budget_is_one_line_error(bad):
 def test_bad_tokens(props, root, msg):
     with pytest.raises(SpecRagError, match=msg):
         build_tree(props, root_token=root, budget=8, vocab_size=50)
+
+
+def test_default_tree_budget_is_8_on_cpu_16_on_accelerators():
+    assert [default_tree_budget(p) for p in ("cpu", "gpu", "tpu")] == [8, 16, 16]
+    assert default_tree_budget() == 8  # the suite runs on CPU
+    assert all(check_budget(default_tree_budget(p)) for p in ("cpu", "gpu"))
 
 
 def test_fit_budget_and_stack():
