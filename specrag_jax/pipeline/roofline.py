@@ -10,6 +10,9 @@ Stages and the trace counts they read (``models/executor/cost.py`` turns counts 
   their passages);
 - ``standard``, ``lossless``, ``fallback`` (the cascade's standard answer): the verifier's chunked prefill
   (``<name>.prefill``) and its decode steps (``<name>.decode``: plain, or token trees when speculating).
+
+A stage's bound sums its serial parts' bounds (``Cost.bound_s``): drafting's prefill at the matmul peak, then its
+decode steps at the memory bandwidth; a single pass (verification) is the larger of its two times.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class StageRoofline:
     def to_dict(self) -> dict:
         compute = self.cost.flops / self.peaks.flops_per_s
         memory = self.cost.bytes / self.peaks.bytes_per_s
-        bound = max(compute, memory)
+        bound = self.cost.bound_s(self.peaks.flops_per_s, self.peaks.bytes_per_s)  # its serial parts, summed
         return {
             "measured_s": _sig(self.measured_s),
             "bound_s": _sig(bound),
@@ -160,7 +163,8 @@ def mean_roofline(entries: Iterable[Mapping[str, Mapping]]) -> dict:
 
 
 def predicted_bound_s(row: Mapping, peaks: MachinePeaks) -> float:
-    """A stage's bound on another machine (``machine_peaks.DEVICE_PEAKS``) from its mean FLOPs and bytes."""
+    """A stage's bound on another machine (``machine_peaks.DEVICE_PEAKS``) from its mean FLOPs and bytes, taken as
+    one part (for a stage of a compute-bound and a memory-bound phase, a lower bound)."""
     return max(row["gflop"] * 1e9 / peaks.flops_per_s, row["gbytes"] * 1e9 / peaks.bytes_per_s)
 
 

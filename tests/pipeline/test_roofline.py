@@ -10,6 +10,7 @@ from specrag_jax.models.executor.cost import Cost, ModelCost, causal_pairs, deco
 from specrag_jax.pipeline.roofline import mean_roofline, roofline, stage_costs
 
 PEAKS = MachinePeaks(flops_per_s=1e11, bytes_per_s=1e10, source="test")
+PEAKS_ARGS = (PEAKS.flops_per_s, PEAKS.bytes_per_s)
 
 
 def _cost(**kw) -> ModelCost:
@@ -96,7 +97,10 @@ def test_stage_table_of_a_speculative_trace():
     }
     for row in table.values():
         assert row["bound_s"] > 0 and row["ratio"] == pytest.approx(row["measured_s"] / row["bound_s"], rel=1e-2)
-        assert row["bound_s"] == pytest.approx(max(row["compute_s"], row["memory_s"]), rel=1e-3)
+        assert max(row["compute_s"], row["memory_s"]) * (1 - 1e-4) <= row["bound_s"]
+        assert row["bound_s"] <= (row["compute_s"] + row["memory_s"]) * (1 + 1e-4)
+    single = table["evidence_verification"]  # one pass: the larger of its two times
+    assert single["bound_s"] == pytest.approx(max(single["compute_s"], single["memory_s"]), rel=1e-3)
     assert table["fallback.prefill"]["measured_s"] == pytest.approx(3.0)
 
 
@@ -108,6 +112,21 @@ def test_standard_and_lossless_name_their_generation_stage():
     costs = stage_costs(spec, mc, mc, "lossless")
     plain = stage_costs(trace, mc, mc, "lossless")
     assert costs["lossless"][1].steps == plain["lossless"][1].steps - 19 + 5  # 5 tree steps, not 19 decode steps
+
+
+def test_serial_parts_are_bound_one_after_another():
+    """A compute-bound prefill then a memory-bound decode: the sum of their own bounds, not the larger of the sums
+    (the decode cannot read weights while the prefill computes); repeats of one step kind stay one part."""
+    prefill, decode = Cost(flops=3e11, bytes=1e9, steps=1), Cost(flops=1e9, bytes=2e10, steps=1).times(4)
+    both = prefill + decode
+    assert (both.flops, both.bytes, both.steps) == (3e11 + 4e9, 1e9 + 8e10, 5)
+    assert both.bound_s(1e11, 1e10) == pytest.approx(3.0 + 8.0)  # max of sums: 8.04
+    assert decode.bound_s(1e11, 1e10) == pytest.approx(8.0) and Cost().bound_s(1e11, 1e10) == 0.0
+    mc = _cost()
+    pre, dec = prefill_cost(mc, 1000, 256), decode_cost(mc, 10, 5, 1000)
+    parts = sum(c.bound_s(*PEAKS_ARGS) for c in (prefill_cost(mc, 256, 256), dec))
+    assert (pre + dec).bound_s(*PEAKS_ARGS) >= max(pre.bound_s(*PEAKS_ARGS), dec.bound_s(*PEAKS_ARGS))
+    assert (prefill_cost(mc, 256, 256) + dec).bound_s(*PEAKS_ARGS) == pytest.approx(parts)
 
 
 def test_mean_roofline_is_the_ratio_of_means():

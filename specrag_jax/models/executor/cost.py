@@ -16,23 +16,35 @@ from specrag_jax.models.config import ModelConfig
 
 @dataclasses.dataclass(frozen=True)
 class Cost:
-    """FLOPs and bytes of some work, and the time it needs on a machine (``bound_s``)."""
+    """FLOPs and bytes of some work, and the time it needs on a machine (``bound_s``).
+
+    Work added with ``+`` runs after the work before it (a prefill chunk, then the next, then the decode steps):
+    ``phases`` keeps each part's (FLOPs, bytes), so a compute-bound prefill and a memory-bound decode are each
+    bound by their own larger term, not by the larger of their sums (which would let the prefill's arithmetic
+    overlap the decode's weight reads, which no implementation can: the decode needs the prefill's K/V)."""
 
     flops: float = 0.0
     bytes: float = 0.0
     steps: int = 0
+    phases: tuple[tuple[float, float], ...] = ()  # (FLOPs, bytes) of each serial part; () = one part, the totals
+
+    def parts(self) -> tuple[tuple[float, float], ...]:
+        return self.phases or ((self.flops, self.bytes),)
 
     def __add__(self, other: "Cost") -> "Cost":
-        return Cost(self.flops + other.flops, self.bytes + other.bytes, self.steps + other.steps)
+        return Cost(
+            self.flops + other.flops, self.bytes + other.bytes, self.steps + other.steps, self.parts() + other.parts()
+        )
 
     def times(self, steps: int) -> "Cost":
-        """``steps`` repeats of this one-step cost."""
-        return Cost(self.flops * steps, self.bytes * steps, self.steps * steps)
+        """``steps`` repeats of this cost (each part ``steps`` times as much: repeats of one step kind)."""
+        scaled = tuple((f * steps, b * steps) for f, b in self.phases)
+        return Cost(self.flops * steps, self.bytes * steps, self.steps * steps, scaled)
 
     def bound_s(self, flops_per_s: float, bytes_per_s: float) -> float:
-        """Seconds at the machine's peaks: compute- or memory-bound per the larger of the two (summed over
-        steps by the caller building one Cost per step kind)."""
-        return max(self.flops / flops_per_s, self.bytes / bytes_per_s)
+        """Seconds at the machine's peaks: each serial part compute- or memory-bound per the larger of its two
+        times, the parts one after another."""
+        return sum(max(f / flops_per_s, b / bytes_per_s) for f, b in self.parts())
 
 
 @dataclasses.dataclass(frozen=True)
