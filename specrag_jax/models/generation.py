@@ -17,7 +17,7 @@ from specrag_jax.kernels import pages_needed
 from specrag_jax.models.engine.context import PrefillHandle, RequestContext
 from specrag_jax.models.engine.engine import Engine
 from specrag_jax.models.engine.policy import SchedulerConfig
-from specrag_jax.models.engine.requests import Tree
+from specrag_jax.models.engine.requests import Request, Tree
 from specrag_jax.models.engine.rules import BetweenFn, GenerationResult, Phase, StopFn, finish_reason
 from specrag_jax.models.engine.warmup import step_shapes, warmup
 from specrag_jax.models.executor.packing import bucket
@@ -167,12 +167,23 @@ class Generator:
         positions: Sequence[int],
         rows: Sequence[int],
         targets: Sequence[int],
+        counts: dict | None = None,
     ) -> np.ndarray:
         """log p(targets[i]) at tree row ``rows[i]``: the prefix is written to pages, the token tree (chunk-local
-        parents, -1 = attaches to the prefix) is scored without storing its K/V."""
+        parents, -1 = attaches to the prefix) is scored without storing its K/V. ``counts`` (a dict) gets
+        ``cached_tokens``: the prefix tokens the prefix cache served (not computed)."""
         self.ctx.emit({"event": "stage", "stage": f"{self.role}_score", "tree_tokens": len(tokens)})
         tree = Tree(list(tokens), list(parents), list(positions), list(rows), list(targets))
-        return self._call(lambda t: self.engine.submit_score(prefix, tree, timeout=t))
+        submitted: list[Request] = []
+
+        def submit(timeout: float | None) -> Request:
+            submitted.append(self.engine.submit_score(prefix, tree, timeout=timeout))
+            return submitted[-1]
+
+        logprobs = self._call(submit)
+        if counts is not None:
+            counts["cached_tokens"] = submitted[-1].cached_tokens
+        return logprobs
 
     def warmup(self, max_prompt_len: int, max_new_tokens: int, batch_sizes: Sequence[int] = (1,)) -> int:
         """Compile every greedy step shape that calls with prompts up to ``max_prompt_len`` tokens, up to

@@ -96,7 +96,10 @@ def stage_costs(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method:
         out["drafting"] = (float(trace.get("drafting_s", 0.0)), pre + dec)
     for name, key in (("verification", "verifier"), ("evidence_verification", "evidence")):
         if f"{key}_tree_tokens" in trace and trace.get(f"{name}_s") is not None:
-            cost = tree_cost(verifier, int(trace[f"{key}_prefix_tokens"]), int(trace[f"{key}_tree_tokens"]), drafts)
+            rows = trace.get(f"{key}_scored_rows")
+            prefix, tree = int(trace[f"{key}_prefix_tokens"]), int(trace[f"{key}_tree_tokens"])  # tree: branches only
+            cached = int(trace.get(f"{key}_prefix_cached_tokens", 0))
+            cost = tree_cost(verifier, prefix, prefix + tree, drafts, None if rows is None else int(rows), cached)
             out[name] = (float(trace[f"{name}_s"]), cost)
     if "verifier_prefill_tokens" in trace and trace.get("generation_s") is not None:
         name = generation_stage(method)

@@ -107,7 +107,8 @@ def verify_drafts(
             f"verification needs positions up to {len(prefix) + longest}; the verifier context "
             f"is {runner.max_seq_len} tokens (raise --max-seq-len)"
         )
-    logprobs = verifier.generator.score_tree(prefix, tokens, parents, positions, rows, targets)
+    counts: dict = {}
+    logprobs = verifier.generator.score_tree(prefix, tokens, parents, positions, rows, targets, counts)
     field = "sc" if evidence is None else "ev_sc"
     reflection = "sr" if evidence is None else "ev_sr"
     for d, (start, n) in zip(drafts, spans):
@@ -122,10 +123,14 @@ def verify_drafts(
             "verification_compile_s": compile_s,
             "verifier_prefix_tokens": len(prefix),
             "verifier_tree_tokens": len(tokens),
+            "verifier_scored_rows": len(set(rows)),
+            "verifier_prefix_cached_tokens": counts.get("cached_tokens", 0),
         }
     return {
         "evidence_verification_s": time.perf_counter() - t0,
         "evidence_verification_compile_s": compile_s,
         "evidence_prefix_tokens": len(prefix),
         "evidence_tree_tokens": len(tokens),
+        "evidence_scored_rows": len(set(rows)),
+        "evidence_prefix_cached_tokens": counts.get("cached_tokens", 0),
     }

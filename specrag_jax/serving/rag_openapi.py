@@ -131,6 +131,8 @@ VERIFIED_ANSWER = {
         "evidence_verification_s": 2.954,
         "evidence_prefix_tokens": 64,
         "evidence_tree_tokens": 452,
+        "evidence_scored_rows": 62,
+        "evidence_prefix_cached_tokens": 48,
         "confidence": 0.8421,
         "selection": "evidence",
         "chosen_draft": 0,

@@ -104,12 +104,24 @@ class RagTrace(TypedDict, total=False):
     verification_compile_s: Annotated[float, Field(description="of verification_s, one-time XLA compilation")]
     verifier_prefix_tokens: Annotated[Count, Field(description="prefix tokens of the plain verification")]
     verifier_tree_tokens: Annotated[Count, Field(description="tokens in the plain verification tree")]
+    verifier_scored_rows: Annotated[
+        Count, Field(description="tree rows whose logits the plain verification reads (every draft token, Yes/No)")
+    ]
+    verifier_prefix_cached_tokens: Annotated[
+        Count, Field(description="of verifier_prefix_tokens, those the prefix cache served (not computed)")
+    ]
     evidence_verification_s: Annotated[float, Field(description="seconds of evidence-aware verification")]
     evidence_verification_compile_s: Annotated[
         float, Field(description="of evidence_verification_s, one-time XLA compilation")
     ]
     evidence_prefix_tokens: Annotated[Count, Field(description="prefix tokens of evidence verification")]
     evidence_tree_tokens: Annotated[Count, Field(description="tokens in the evidence verification tree")]
+    evidence_scored_rows: Annotated[
+        Count, Field(description="tree rows whose logits evidence verification reads (every draft token, Yes/No)")
+    ]
+    evidence_prefix_cached_tokens: Annotated[
+        Count, Field(description="of evidence_prefix_tokens, those the prefix cache served (not computed)")
+    ]
     consensus: Annotated[bool, Field(description="all drafts agreed, verification skipped (``consensus``)")]
     confidence: Annotated[float, Field(description="the chosen draft's confidence, compared with tau_min")]
     confidence_bound: Annotated[

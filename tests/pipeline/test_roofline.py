@@ -58,6 +58,31 @@ def test_tree_pairs_grow_with_the_prefix():
     assert tree_cost(mc, 100, 500, 5).flops > tree_cost(mc, 10, 500, 5).flops
 
 
+def test_tree_cost_counts_scored_rows_and_skips_the_cached_prefix():
+    """Every scored row pays the head; a cached prefix token is read (K/V bytes), not multiplied."""
+    mc = _cost()
+    base = tree_cost(mc, 100, 500, 5)
+    assert tree_cost(mc, 100, 500, 5, scored_rows=5) == base
+    assert tree_cost(mc, 100, 500, 5, scored_rows=125).flops - base.flops == pytest.approx(2 * mc.head_params * 120)
+    cached = tree_cost(mc, 100, 500, 5, cached=64)
+    saved_pairs = causal_pairs(100) - causal_pairs(36, 64)
+    assert base.flops - cached.flops == pytest.approx(2 * mc.body_params * 64 + mc.attn_flops_per_pair * saved_pairs)
+    assert cached.bytes == pytest.approx(base.bytes)  # a cached token's K/V is read where it was written
+    assert tree_cost(mc, 100, 500, 5, cached=900) == tree_cost(mc, 100, 500, 5, cached=100)  # at most the prefix
+
+
+def test_verification_stages_count_the_prefix_and_the_scored_rows_of_the_trace():
+    """The trace's tree tokens are the branches' (the prefix is counted apart): the bound's pass is prefix + tree,
+    less the prefix tokens the cache served, with a head row for every scored row."""
+    mc = _cost()
+    trace = _trace(verifier_prefix_tokens=60, verifier_tree_tokens=400, verification_s=5.0)
+    plain = roofline(trace, mc, mc, "speculative", PEAKS)["verification"]
+    assert plain["gflop"] == pytest.approx(tree_cost(mc, 60, 460, 5).flops / 1e9, rel=1e-4)
+    full = {**trace, "verifier_scored_rows": 205, "verifier_prefix_cached_tokens": 48}
+    table = roofline(full, mc, mc, "speculative", PEAKS)["verification"]
+    assert table["gflop"] == pytest.approx(tree_cost(mc, 60, 460, 5, 205, 48).flops / 1e9, rel=1e-4)
+
+
 def _trace(**extra):
     return {
         "clustering_s": 1.0,

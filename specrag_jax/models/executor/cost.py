@@ -103,11 +103,22 @@ def decode_cost(model: ModelCost, steps: int, batch: int, context: float) -> Cos
     return model.step(batch, batch * (context + 1), context=batch * context).times(steps)
 
 
-def tree_cost(model: ModelCost, prefix: int, tree_tokens: int, branches: int) -> Cost:
+def tree_cost(
+    model: ModelCost,
+    prefix: int,
+    tree_tokens: int,
+    branches: int,
+    scored_rows: int | None = None,
+    cached: int = 0,
+) -> Cost:
     """One packed pass over a shared prefix and ``branches`` branches (``tree_tokens`` in all, prefix included):
-    every branch token sees the prefix and, on average, half of its own branch. Only one head row per branch
-    is counted (the scored rows are the drafts' tokens, not their passages): a lower bound."""
+    every branch token sees the prefix and, on average, half of its own branch. ``scored_rows``: the rows whose
+    logits the pass reads (a log-probability needs the whole vocabulary's row: every scored draft token and each
+    branch's Yes/No row, not the passages'); unknown (an older trace): one a branch, a lower bound. ``cached``:
+    prefix tokens whose K/V the prefix cache served (read, not computed)."""
+    cached = min(max(cached, 0), prefix)
     branch = max(tree_tokens - prefix, 0)
     per_branch = branch / max(branches, 1)
-    pairs = causal_pairs(prefix) + branch * (prefix + (per_branch + 1) / 2)
-    return model.step(tree_tokens, pairs, logits_rows=branches)
+    pairs = causal_pairs(prefix - cached, cached) + branch * (prefix + (per_branch + 1) / 2)
+    rows = branches if scored_rows is None else scored_rows
+    return model.step(tree_tokens - cached, pairs, context=cached, logits_rows=rows)

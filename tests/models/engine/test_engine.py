@@ -96,6 +96,11 @@ def test_offline_tree_scores_with_its_prefix_in_one_step(tiny_model, budget):
     prefill_steps = 0 if folded else -(-len(prefix) // budget)
     assert offline.engine.stats()["steps"] - before == 1 + prefill_steps
     assert cached.engine.stats()["steps"] >= 2  # the caching engine prefilled the prefix first
+    counts: dict = {}
+    again = cached.score_tree(prefix, tokens, parents, positions, rows, targets, counts)
+    assert counts == {"cached_tokens": 20} and np.allclose(again, want, atol=1e-5)  # its 5 full pages served
+    offline.score_tree(prefix, tokens, parents, positions, rows, targets, counts)
+    assert counts == {"cached_tokens": 0}
     cached.engine.cache.clear()
     assert_pages_home(cached.engine)
     assert_pages_home(offline.engine)
