@@ -65,8 +65,11 @@ def _generate_speculation(args: argparse.Namespace):
             f"unknown proposer {args.speculative!r} for --speculative (choose one of none, ngram; "
             f"draft proposals come from `specrag ask --method lossless`)"
         )
-    budget = check_budget(default_tree_budget() if args.spec_budget is None else args.spec_budget)
-    return None if args.speculative == "none" else Speculation(NgramProposer(), budget)
+    if args.spec_budget is not None:
+        check_budget(args.spec_budget)
+    if args.speculative == "none":
+        return None
+    return Speculation(NgramProposer(), default_tree_budget() if args.spec_budget is None else args.spec_budget)
 
 
 def _generate(args: argparse.Namespace) -> int:

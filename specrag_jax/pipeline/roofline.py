@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 
 import jax
 
-from specrag_jax.machine_peaks import MachinePeaks, peaks_once
+from specrag_jax.machine_peaks import DEVICE_PEAKS, MachinePeaks, device_peaks, peaks_once
 from specrag_jax.models.executor.cost import Cost, ModelCost, causal_pairs, decode_cost, prefill_cost, tree_cost
 from specrag_jax.models.generation import DEFAULT_MAX_PREFILL_TOKENS
 
@@ -39,7 +39,7 @@ class StageRoofline:
     def to_dict(self) -> dict:
         compute = self.cost.flops / self.peaks.flops_per_s
         memory = self.cost.bytes / self.peaks.bytes_per_s
-        bound = self.cost.bound_s(self.peaks.flops_per_s, self.peaks.bytes_per_s)  # its serial parts, summed
+        bound = self._bound_on(self.peaks)  # its serial parts, summed
         return {
             "measured_s": _sig(self.measured_s),
             "bound_s": _sig(bound),
@@ -50,7 +50,12 @@ class StageRoofline:
             "memory_s": _sig(memory),
             "steps": self.cost.steps,
             "compile_s": _sig(self.compile_s),
+            # the same work's bound on each accelerator of DEVICE_PEAKS, part by part (a prediction)
+            "device_bound_s": {name: _sig(self._bound_on(device_peaks(name))) for name in DEVICE_PEAKS},
         }
+
+    def _bound_on(self, peaks: MachinePeaks) -> float:
+        return self.cost.bound_s(peaks.flops_per_s, peaks.bytes_per_s)
 
 
 def _sig(x: float, digits: int = 5) -> float:
@@ -145,12 +150,16 @@ def roofline(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method: st
 def mean_roofline(entries: Iterable[Mapping[str, Mapping]]) -> dict:
     """Per stage over questions: mean measured and bound seconds, the ratio of the means, how many questions."""
     sums: dict[str, list[float]] = {}
+    devices: dict[str, dict[str, float]] = {}
     for entry in entries:
         for stage, row in entry.items():
             acc = sums.setdefault(stage, [0.0] * 6)
             for i, key in enumerate(("measured_s", "bound_s", "gflop", "gbytes", "compile_s")):
                 acc[i] += row.get(key, 0.0)
             acc[5] += 1
+            for name, s in (row.get("device_bound_s") or {}).items():
+                devices.setdefault(stage, {}).setdefault(name, 0.0)
+                devices[stage][name] += s
     out = {}
     for stage, (m, b, gflop, gbytes, compile_s, n) in sorted(sums.items()):
         out[stage] = {
@@ -162,12 +171,17 @@ def mean_roofline(entries: Iterable[Mapping[str, Mapping]]) -> dict:
         }
         if gflop or gbytes:
             out[stage].update(gflop=_sig(gflop / n), gbytes=_sig(gbytes / n))
+        if stage in devices:
+            out[stage]["device_bound_s"] = {name: _sig(s / n) for name, s in devices[stage].items()}
     return out
 
 
 def predicted_bound_s(row: Mapping, peaks: MachinePeaks) -> float:
-    """A stage's bound on another machine (``machine_peaks.DEVICE_PEAKS``) from its mean FLOPs and bytes, taken as
-    one part (for a stage of a compute-bound and a memory-bound phase, a lower bound)."""
+    """A stage's bound on another machine (``machine_peaks.DEVICE_PEAKS``): the row's ``device_bound_s`` (each
+    answer's work part by part, averaged) when it has it, else from its mean FLOPs and bytes taken as one part (for
+    a stage of a compute-bound and a memory-bound phase, a lower bound)."""
+    if peaks.source in (row.get("device_bound_s") or {}):
+        return float(row["device_bound_s"][peaks.source])
     return max(row["gflop"] * 1e9 / peaks.flops_per_s, row["gbytes"] * 1e9 / peaks.bytes_per_s)
 
 

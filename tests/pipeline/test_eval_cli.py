@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specrag_jax.cli import main
+from specrag_jax.models.speculative.tree import default_tree_budget
 from specrag_jax.pipeline.selection import SELECTIONS
 from tests.pipeline.conftest import SMOL_EVAL_METHODS
 
@@ -66,7 +67,7 @@ def test_eval_json_carries_the_speculation_contract(smol_eval):
     assert set(lossless["speculation"]) >= {"steps", "accepted_tokens_per_step", "proposed_tokens_per_step"}
     assert lossless["speculation"]["steps"] >= 1 and lossless["accuracy"] == standard["accuracy"]
     assert "speculation" not in standard
-    assert res["config"]["proposer"] == "both" and res["config"]["tree_budget"] == 8  # the CPU default
+    assert res["config"]["proposer"] == "both" and res["config"]["tree_budget"] == default_tree_budget()  # CPU: 8
     preds = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     by = {(p["question_id"], p["method"]): p["answer"] for p in preds}
     assert all(by[(q, "lossless")] == by[(q, "standard")] for q in ("toy_1", "toy_2"))

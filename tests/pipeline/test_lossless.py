@@ -11,6 +11,8 @@ import pytest
 
 from specrag_jax.cli import main
 from specrag_jax.errors import SpecRagError
+from specrag_jax.models.speculative.decode import Speculation
+from specrag_jax.models.speculative.tree import default_tree_budget
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.lossless import draft_token_streams, lossless_speculation
 from specrag_jax.pipeline.rag_cli import add_rag_options, rag_config_from_args
@@ -110,14 +112,15 @@ def test_config_checks_proposer_and_budget():
         RAGConfig(tree_budget=100).check()
 
 
-@pytest.mark.parametrize("flags, budget", [([], 8), (["--spec-budget", "16"], 16)])
+@pytest.mark.parametrize("flags, budget", [([], None), (["--spec-budget", "16"], 16)])
 def test_tree_budget_defaults_to_the_platforms(flags, budget):
-    """No --spec-budget: 8 on CPU (the suite's platform), what ``specrag ask`` / ``eval`` and the server's RAG run."""
+    """No --spec-budget: the platform's (8 on CPU), what ``specrag ask`` / ``eval`` and the server's RAG run."""
+    default = default_tree_budget()
     p = argparse.ArgumentParser()
     add_rag_options(p)
-    assert rag_config_from_args(p.parse_args(flags)).tree_budget == budget
-    assert RAGConfig().tree_budget == 8 and ServeConfig().spec_budget == 8
-    assert lossless_speculation(_WordTokenizer(), []).max_budget == 8
+    assert rag_config_from_args(p.parse_args(flags)).tree_budget == (budget or default)
+    assert RAGConfig().tree_budget == default and ServeConfig().spec_budget == default
+    assert lossless_speculation(_WordTokenizer(), []).max_budget == default == Speculation(lambda c: []).max_budget
 
 
 class _WordTokenizer:

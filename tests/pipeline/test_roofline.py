@@ -7,7 +7,7 @@ import pytest
 from specrag_jax.machine_peaks import DEVICE_PEAKS, MachinePeaks, device_peaks, measure_peaks
 from specrag_jax.models.config import tiny_config
 from specrag_jax.models.executor.cost import Cost, ModelCost, causal_pairs, decode_cost, prefill_cost, tree_cost
-from specrag_jax.pipeline.roofline import mean_roofline, roofline, stage_costs
+from specrag_jax.pipeline.roofline import mean_roofline, predicted_bound_s, roofline, stage_costs
 
 PEAKS = MachinePeaks(flops_per_s=1e11, bytes_per_s=1e10, source="test")
 PEAKS_ARGS = (PEAKS.flops_per_s, PEAKS.bytes_per_s)
@@ -152,6 +152,24 @@ def test_serial_parts_are_bound_one_after_another():
     parts = sum(c.bound_s(*PEAKS_ARGS) for c in (prefill_cost(mc, 256, 256), dec))
     assert (pre + dec).bound_s(*PEAKS_ARGS) >= max(pre.bound_s(*PEAKS_ARGS), dec.bound_s(*PEAKS_ARGS))
     assert (prefill_cost(mc, 256, 256) + dec).bound_s(*PEAKS_ARGS) == pytest.approx(parts)
+
+
+def test_device_bounds_are_each_answers_parts_at_the_devices_peaks():
+    """Drafting's prefill and decode on an H200 or a TPU: bound part by part per answer, averaged over answers;
+    ``predicted_bound_s`` reads it, and falls back to the one-part figure for a row without it."""
+    mc = ModelCost(1e8, 1e7, 4e8, 1e4, 1e3)  # a 100M model: on an H200 its prefill is compute-, its decode memory-bound
+    rows = [roofline(_trace(drafter_decode_steps=steps), mc, mc, "speculative", PEAKS) for steps in (45, 90)]
+    h200 = device_peaks("h200")
+    for row in rows:
+        d = row["drafting"]
+        one_part = max(d["gflop"] * 1e9 / h200.flops_per_s, d["gbytes"] * 1e9 / h200.bytes_per_s)
+        assert d["device_bound_s"]["h200"] > one_part * 1.01 and set(d["device_bound_s"]) == set(DEVICE_PEAKS)
+    mean = mean_roofline(rows)["drafting"]
+    want = (rows[0]["drafting"]["device_bound_s"]["h200"] + rows[1]["drafting"]["device_bound_s"]["h200"]) / 2
+    assert mean["device_bound_s"]["h200"] == pytest.approx(want, rel=1e-4)
+    assert predicted_bound_s(mean, h200) == mean["device_bound_s"]["h200"]
+    bare = {k: v for k, v in mean.items() if k != "device_bound_s"}
+    assert predicted_bound_s(bare, h200) < mean["device_bound_s"]["h200"]
 
 
 def test_mean_roofline_is_the_ratio_of_means():

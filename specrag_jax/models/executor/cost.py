@@ -115,7 +115,8 @@ def tree_cost(
     every branch token sees the prefix and, on average, half of its own branch. ``scored_rows``: the rows whose
     logits the pass reads (a log-probability needs the whole vocabulary's row: every scored draft token and each
     branch's Yes/No row, not the passages'); unknown (an older trace): one a branch, a lower bound. ``cached``:
-    prefix tokens whose K/V the prefix cache served (read, not computed)."""
+    prefix tokens whose K/V the prefix cache served (read, not computed). One pass, one weight read: a caching
+    engine that prefills the rest of the prefix in a step of its own reads the weights twice (a lower bound)."""
     cached = min(max(cached, 0), prefix)
     branch = max(tree_tokens - prefix, 0)
     per_branch = branch / max(branches, 1)

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.models.speculative.tree import TREE_BUDGETS, check_budget
+from specrag_jax.models.speculative.tree import TREE_BUDGETS, check_budget, default_tree_budget
 
 ProposerFn = Callable[[Sequence[int]], list[list[int]]]
 
@@ -22,10 +22,11 @@ ProposerFn = Callable[[Sequence[int]], list[list[int]]]
 @dataclasses.dataclass(frozen=True)
 class Speculation:
     """How a ``Generator`` speculates: one proposer for every sequence, or one per prompt (in order), and the
-    largest tree budget (chunk tokens per sequence and step, root included)."""
+    largest tree budget (chunk tokens per sequence and step, root included; default: the platform's,
+    ``tree.default_tree_budget``: 8 on CPU, 16 on a GPU or TPU)."""
 
     proposer: ProposerFn | Sequence[ProposerFn]
-    max_budget: int = 16
+    max_budget: int = dataclasses.field(default_factory=default_tree_budget)
 
     def __post_init__(self) -> None:
         check_budget(self.max_budget)

@@ -32,7 +32,7 @@ from specrag_jax.errors import SpecRagError
 TREE_BUDGETS = (8, 16, 32, 64)  # chunk tokens: the root plus up to budget - 1 proposed nodes
 # the default largest tree per platform: on CPU a tree step's extra tokens are paid in matmul time (a 16-token step
 # of Qwen2.5-1.5B costs ~1.35x an 8-token one on 2 cores), so 8 decoded the train split's RAG answers in 0.82x the
-# time of 16 (README "Lossless tree budget"); GPUs and TPUs read the weights once for far more than 16 tokens
+# time of 16 (README, lossless mode: "Tree budget"); GPUs and TPUs read the weights once for far more than 16 tokens
 DEFAULT_TREE_BUDGETS = {"cpu": 8}
 ACCELERATOR_TREE_BUDGET = 16
 
