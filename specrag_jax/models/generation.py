@@ -171,7 +171,8 @@ class Generator:
     ) -> np.ndarray:
         """log p(targets[i]) at tree row ``rows[i]``: the prefix is written to pages, the token tree (chunk-local
         parents, -1 = attaches to the prefix) is scored without storing its K/V. ``counts`` (a dict) gets
-        ``cached_tokens``: the prefix tokens the prefix cache served (not computed)."""
+        ``cached_tokens``: the prefix tokens the prefix cache served (not computed), and ``compile_s``: the
+        one-time XLA seconds the engine's thread spent while the request ran (on whichever thread steps it)."""
         self.ctx.emit({"event": "stage", "stage": f"{self.role}_score", "tree_tokens": len(tokens)})
         tree = Tree(list(tokens), list(parents), list(positions), list(rows), list(targets))
         submitted: list[Request] = []
@@ -183,6 +184,7 @@ class Generator:
         logprobs = self._call(submit)
         if counts is not None:
             counts["cached_tokens"] = submitted[-1].cached_tokens
+            counts["compile_s"] = submitted[-1].compile_s
         return logprobs
 
     def warmup(self, max_prompt_len: int, max_new_tokens: int, batch_sizes: Sequence[int] = (1,)) -> int:

@@ -127,6 +127,7 @@ class Request:
     submitted_at: float = dataclasses.field(default_factory=time.perf_counter)
     admitted_at: float = 0.0
     admitted_compile_s: float = 0.0  # the engine thread's compile seconds when it was admitted
+    compile_s: float = 0.0  # a score request's: the engine thread's compile seconds from admission to its scores
     on_cancel: Callable[[], None] | None = None  # set by the engine that queued it: wakes its loop
 
     def cancel(self) -> None:

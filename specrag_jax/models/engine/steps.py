@@ -211,6 +211,7 @@ class StepBuilder:
             offset = 0
             for r in work.trees:
                 n = len(r.tree.rows)
+                r.compile_s = max(compiled - r.admitted_compile_s, 0.0)  # its prefix prefill's and this step's
                 eng.complete_score(r, np.asarray(outcome[offset : offset + n], np.float32))
                 offset += n
             return

@@ -98,9 +98,9 @@ def test_offline_tree_scores_with_its_prefix_in_one_step(tiny_model, budget):
     assert cached.engine.stats()["steps"] >= 2  # the caching engine prefilled the prefix first
     counts: dict = {}
     again = cached.score_tree(prefix, tokens, parents, positions, rows, targets, counts)
-    assert counts == {"cached_tokens": 20} and np.allclose(again, want, atol=1e-5)  # its 5 full pages served
+    assert counts["cached_tokens"] == 20 and np.allclose(again, want, atol=1e-5)  # its 5 full pages served
     offline.score_tree(prefix, tokens, parents, positions, rows, targets, counts)
-    assert counts == {"cached_tokens": 0}
+    assert counts["cached_tokens"] == 0
     cached.engine.cache.clear()
     assert_pages_home(cached.engine)
     assert_pages_home(offline.engine)
@@ -218,11 +218,18 @@ def test_results_split_their_compile_seconds_by_phase():
     model = tiny_text_model("tiny:llama", seed=13, num_pages=37, page_size=4, max_seq_len=132)
     engine = Engine(model.runner, model.generator.eos_ids, name="compile").start()
     other = [5 + (t + 1) % 60 for t in PROMPTS[4]]  # same length, no shared prefix: the same step shapes
+    tree = Tree([50, 51, 52], [-1, 0, -1], [21, 22, 21], [0, 1, 2], [51, 60, 53])
     try:
         first = engine.submit_generate([], [PROMPTS[4]], max_new_tokens=5).result(120)[0]
         again = engine.submit_generate([], [other], max_new_tokens=5).result(60)[0]
+        scored = engine.submit_score(list(range(10, 31)), tree)
+        scored.future.result(120)
+        engine.reset_prefix_cache()  # the same steps again: the whole prefix prefilled, then the tree
+        rescored = engine.submit_score(list(range(10, 31)), tree)
+        rescored.future.result(60)
     finally:
         engine.stop(drain=False)
         engine.cache.clear()
     assert 0 < first.prefill_compile_s <= first.prefill_s and 0 < first.decode_compile_s <= first.decode_s
     assert again.prefill_compile_s == again.decode_compile_s == 0.0
+    assert scored.compile_s > 0 and rescored.compile_s == 0.0  # on the engine's own thread, not this one
