@@ -123,10 +123,7 @@ def thread_compile_stats() -> CompileStats:
 def thread_compile_s() -> float:
     """This thread's one-time XLA seconds so far (``thread_compile_stats().total_s``): the engine marks it when a
     request starts, ends its prefill and ends, to split a request's compile seconds by phase."""
-    with _lock:
-        _install()
-        t = _own()
-        return t["trace_s"] + t["lower_s"] + t["backend_s"]
+    return thread_compile_stats().total_s
 
 
 def background_stats() -> CompileStats:
