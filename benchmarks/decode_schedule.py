@@ -8,8 +8,12 @@ server-like mix; ``equal``: the control, where both schedules read the same bloc
 each. Per round both schedules run in one process in alternating order, each after dropping the traced
 programs, compiling (one untimed pass) and timing one pass; every engine step is timed (``drafting_steps``'s
 recorder) and the decode steps' wall time is compared. Greedy tokens must be identical (asserted).
+``--switch heads`` compares the block products' head forms instead (``decode_blocked.STACKED_HEADS``: all KV
+heads side by side against batched per KV head), ``long`` adds four 2,000-token sequences.
 
     python benchmarks/decode_schedule.py --out benchmarks/results/decode_schedule.json
+    python benchmarks/decode_schedule.py --switch heads --workloads ragged,equal,long \
+        --out benchmarks/results/decode_stacked_heads.json
 """
 
 from __future__ import annotations
@@ -26,8 +30,12 @@ from benchmarks.drafting_steps import recorded_steps
 WORKLOADS = {
     "ragged": [60, 90, 150, 200, 300, 400, 3000, 120],
     "equal": [400] * 8,
+    "long": [2000] * 4,
 }
-SIDES = ("packed", "lockstep")
+SWITCHES = {  # --switch: the ``decode_blocked`` flag it flips and its (on, off) sides
+    "schedule": ("PACKED_DECODE", ("packed", "lockstep")),
+    "heads": ("STACKED_HEADS", ("stacked", "grouped")),
+}
 
 
 def prompts_of(tokenizer, lens: list[int]) -> list[list[int]]:
@@ -48,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workloads", default="ragged,equal")
+    p.add_argument("--switch", choices=sorted(SWITCHES), default="schedule")
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", default=None)
@@ -57,16 +66,18 @@ def main(argv: list[str] | None = None) -> int:
     peaks = measure_peaks()
     log: list[dict] = []
     undo = recorded_steps(log)
-    result = {**run_header(), "peaks": peaks.to_dict(), "new_tokens": args.new_tokens, "workloads": {}}
+    flag, sides = SWITCHES[args.switch]
+    new, old = sides
+    result = {**run_header(), "peaks": peaks.to_dict(), "new_tokens": args.new_tokens, "switch": flag, "workloads": {}}
     try:
         for name in args.workloads.split(","):
             prompts = prompts_of(model.tokenizer, WORKLOADS[name])
-            decode_s: dict[str, list[float]] = {side: [] for side in SIDES}
-            step_ms: dict[str, list[float]] = {side: [] for side in SIDES}
+            decode_s: dict[str, list[float]] = {side: [] for side in sides}
+            step_ms: dict[str, list[float]] = {side: [] for side in sides}
             tokens = {}
             for r in range(args.rounds):
-                for side in SIDES if r % 2 == 0 else SIDES[::-1]:
-                    decode_blocked.PACKED_DECODE = side == "packed"  # a trace-time switch
+                for side in sides if r % 2 == 0 else sides[::-1]:
+                    setattr(decode_blocked, flag, side == new)  # a trace-time switch
                     jax.clear_caches()
                     model.generator.generate(prompts, max_new_tokens=args.new_tokens)  # compiles
                     log.clear()
@@ -76,20 +87,20 @@ def main(argv: list[str] | None = None) -> int:
                     step_ms[side] += [1e3 * s for s in steps]
                     tokens.setdefault(side, [o.token_ids for o in out])
                     print(name, side, f"round {r}: decode {sum(steps):.3f} s in {len(steps)} steps", flush=True)
-            assert tokens["packed"] == tokens["lockstep"], f"{name}: greedy tokens differ between the schedules"
-            med = {side: statistics.median(step_ms[side]) for side in SIDES}
+            assert tokens[new] == tokens[old], f"{name}: greedy tokens differ between {new} and {old}"
+            med = {side: statistics.median(step_ms[side]) for side in sides}
             result["workloads"][name] = {
                 "cached_tokens": WORKLOADS[name],
                 "decode_s_per_round": decode_s,
                 "decode_step_ms_median": med,
-                "packed_over_lockstep_step_median": med["packed"] / med["lockstep"],
-                "packed_over_lockstep_decode_total": sum(decode_s["packed"]) / sum(decode_s["lockstep"]),
+                f"{new}_over_{old}_step_median": med[new] / med[old],
+                f"{new}_over_{old}_decode_total": sum(decode_s[new]) / sum(decode_s[old]),
                 "tokens_identical": True,
             }
             print(name, {k: round(v, 3) for k, v in result["workloads"][name].items() if "over" in k}, flush=True)
     finally:
         undo()
-        decode_blocked.PACKED_DECODE = True
+        decode_blocked.PACKED_DECODE = decode_blocked.STACKED_HEADS = True
     if args.out:
         write_results(args.out, result)
     return 0

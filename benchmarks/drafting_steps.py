@@ -19,6 +19,7 @@ all:
 
     python benchmarks/drafting_steps.py --ab decode --questions 6 --out benchmarks/results/drafting_packed_decode.json
     python benchmarks/drafting_steps.py --ab rows --questions 4 --out benchmarks/results/drafting_padded_rows.json
+    python benchmarks/drafting_steps.py --ab heads --questions 6 --out benchmarks/results/drafting_stacked_heads.json
 
 ``--ab`` compares two forms of one kernel choice in one process: per question both sides, each after dropping
 the traced programs and compiling its own, in alternating order; the drafts must be identical (greedy).
@@ -26,7 +27,9 @@ the traced programs and compiling its own, in alternating order; the drafts must
 against scoring every token against every sequence's key block (``kernels.blocked.SEGMENTED_PREFIX`` off).
 ``decode``: decode attention over packed (row, block) pairs against every row reading the longest row's blocks
 in lockstep (``kernels.decode_blocked.PACKED_DECODE`` off). ``rows``: few-rows products of 5-7 rows run at 8
-(``models.decoder.linear.PADDED_ROWS``) against at their own row count (``linear.PAD_FEW_ROWS`` off).
+(``models.decoder.linear.PADDED_ROWS``) against at their own row count (``linear.PAD_FEW_ROWS`` off). ``heads``:
+decode attention's block products over all KV heads side by side (``kernels.decode_blocked``'s stacked form)
+against batched per KV head (``decode_blocked.STACKED_HEADS`` off).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ AB_SIDES = {  # (new, old)
     "prefix": ("segmented", "one_hot"),
     "decode": ("packed", "lockstep"),
     "rows": ("padded_rows", "exact_rows"),
+    "heads": ("stacked_heads", "grouped_heads"),
 }
 
 
@@ -140,24 +144,41 @@ def side_summary(per_question: list[dict], full_width: list[dict], cost, peaks) 
     }
 
 
+def add_question_args(p: argparse.ArgumentParser) -> None:
+    """The questions' flags: the data file, its split, how many, drafts (m) and passages a draft (k)."""
+    p.add_argument("--data", default=str(DEV))
+    p.add_argument("--split", default="heldout")
+    p.add_argument("--questions", type=int, default=6)
+    p.add_argument("--m", type=int, default=5)
+    p.add_argument("--k", type=int, default=2)
+
+
+def question_subsets(drafter, args: argparse.Namespace):
+    """Yields (row, subsets) of each question as the pipeline drafts it: its first 10 passages cut to 160 tokens,
+    ``args.m`` lexical subsets of ``args.k``."""
+    from specrag_jax.pipeline.clustering import lexical_subsets
+    from specrag_jax.pipeline.drafting import truncate_docs
+    from specrag_jax.pipeline.evaluation import _row_docs, load_questions
+    from specrag_jax.pipeline.holdout import split_rows
+
+    subsets_fn = lexical_subsets()
+    for row in split_rows(load_questions(args.data), args.split)[: args.questions]:
+        docs = truncate_docs(drafter, _row_docs(row)[:10], 160, [])
+        picked, _ = subsets_fn(row["question"], docs, args.k, args.m, 0)
+        yield row, [[docs[j] for j in s] for s in picked]
+
+
 def main(argv: list[str] | None = None) -> int:
     import jax
 
     from specrag_jax.kernels import blocked, decode_blocked
     from specrag_jax.machine_peaks import measure_peaks
     from specrag_jax.models.decoder import linear
-    from specrag_jax.pipeline.clustering import lexical_subsets
-    from specrag_jax.pipeline.drafting import truncate_docs, write_drafts
-    from specrag_jax.pipeline.evaluation import _row_docs, load_questions
-    from specrag_jax.pipeline.holdout import split_rows
+    from specrag_jax.pipeline.drafting import write_drafts
     from specrag_jax.pipeline.roofline import model_cost
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", default=str(DEV))
-    p.add_argument("--split", default="heldout")
-    p.add_argument("--questions", type=int, default=6)
-    p.add_argument("--m", type=int, default=5)
-    p.add_argument("--k", type=int, default=2)
+    add_question_args(p)
     p.add_argument(
         "--ab",
         nargs="?",
@@ -171,22 +192,19 @@ def main(argv: list[str] | None = None) -> int:
     drafter = load_tuned_drafter(args.m)
     cost = model_cost(drafter)
     peaks = measure_peaks()
-    subsets_fn = lexical_subsets()
     log: list[dict] = []
     undo = recorded_steps(log)
     sides = AB_SIDES[args.ab] if args.ab else ("default",)
     per_question: dict[str, list[dict]] = {side: [] for side in sides}
     full_width: dict[str, list[dict]] = {side: [] for side in sides}
     try:
-        for i, row in enumerate(split_rows(load_questions(args.data), args.split)[: args.questions]):
-            docs = truncate_docs(drafter, _row_docs(row)[:10], 160, [])
-            picked, _ = subsets_fn(row["question"], docs, args.k, args.m, 0)
-            subsets = [[docs[j] for j in s] for s in picked]
+        for i, (row, subsets) in enumerate(question_subsets(drafter, args)):
             for side in sides if i % 2 == 0 else sides[::-1]:
                 # trace-time switches: drop every traced program
                 blocked.SEGMENTED_PREFIX = side != "one_hot"
                 decode_blocked.PACKED_DECODE = side != "lockstep"
                 linear.PAD_FEW_ROWS = side != "exact_rows"
+                decode_blocked.STACKED_HEADS = side != "grouped_heads"
                 jax.clear_caches()
                 write_drafts(drafter, row["question"], subsets)  # compiles this question's step shapes
                 log.clear()
@@ -201,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         undo()
         blocked.SEGMENTED_PREFIX = decode_blocked.PACKED_DECODE = linear.PAD_FEW_ROWS = True
+        decode_blocked.STACKED_HEADS = True
     result = {**run_header(), "peaks": peaks.to_dict(), "m": args.m, "k": args.k, "split": args.split}
     result["sides"] = {side: side_summary(per_question[side], full_width[side], cost, peaks) for side in sides}
     if args.ab:

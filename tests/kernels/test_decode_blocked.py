@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specrag_jax.kernels import AttentionMetadata, paged_attention, paged_tree_attention_reference
-from specrag_jax.kernels.decode_blocked import paged_decode_attention_blocked
+from specrag_jax.kernels import AttentionMetadata, decode_blocked, paged_attention, paged_tree_attention_reference
+from specrag_jax.kernels.decode_blocked import paged_decode_attention_blocked, use_stacked
 
 HEADS = [(4, 1, 32), (9, 3, 16), (4, 4, 8), (8, 2, 16)]  # (q heads, kv heads, head_dim)
 T = 8  # tokens per step (fixed: the jitted functions are reused across examples)
@@ -48,9 +48,14 @@ def decode_step(rng, heads, ps, lens, p_max, *, order=None, dtype=jnp.float32):
 
 
 @functools.cache
-def _blocked(softcap, block_tokens, packed=None):
+def _blocked(softcap, block_tokens, packed=None, stacked=None):
     fn = functools.partial(
-        paged_decode_attention_blocked, scale=0.3, softcap=softcap, block_tokens=block_tokens, packed=packed
+        paged_decode_attention_blocked,
+        scale=0.3,
+        softcap=softcap,
+        block_tokens=block_tokens,
+        packed=packed,
+        stacked=stacked,
     )
     return jax.jit(fn)
 
@@ -60,8 +65,8 @@ def _reference(softcap):
     return jax.jit(functools.partial(paged_tree_attention_reference, scale=0.3, softcap=softcap, tree=False))
 
 
-def check(case, window, softcap, block_tokens, tol=2e-5, packed=None):
-    got = np.asarray(_blocked(softcap, block_tokens, packed)(*case, window=window), np.float32)
+def check(case, window, softcap, block_tokens, tol=2e-5, packed=None, stacked=None):
+    got = np.asarray(_blocked(softcap, block_tokens, packed, stacked)(*case, window=window), np.float32)
     want = np.asarray(_reference(softcap)(*case, window=window), np.float32)
     assert np.abs(got - want).max() <= tol, np.abs(got - want).max()
     assert np.all(got[~np.asarray(case[-1].token_valid)] == 0)
@@ -76,14 +81,17 @@ def check(case, window, softcap, block_tokens, tol=2e-5, packed=None):
     softcap=st.sampled_from([None, 20.0]),
     block_tokens=st.sampled_from([1, 16, 48, 128]),
     packed=st.sampled_from([None, False, True]),
+    stacked=st.sampled_from([None, False, True]),
     seed=st.integers(0, 2**16),
 )
-def test_matches_reference_on_random_steps(heads, ps, lens, window, softcap, block_tokens, packed, seed):
-    """Both loop schedules (lockstep over blocks, packed (row, block) pairs; None: the default for T rows)."""
+def test_matches_reference_on_random_steps(heads, ps, lens, window, softcap, block_tokens, packed, stacked, seed):
+    """Both loop schedules (lockstep over blocks, packed (row, block) pairs; None: the default for T rows) in
+    both head forms (grouped, stacked; None: the default for the KV heads)."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(lens))  # tokens need not follow sequence order
     p_max = -(-(max(lens) + 1) // ps) + int(rng.integers(0, 3))  # a bucket wider than the longest sequence
-    check(decode_step(rng, heads, ps, lens, p_max, order=order), window, softcap, block_tokens, packed=packed)
+    case = decode_step(rng, heads, ps, lens, p_max, order=order)
+    check(case, window, softcap, block_tokens, packed=packed, stacked=stacked)
 
 
 def test_edge_steps():
@@ -98,11 +106,26 @@ def test_edge_steps():
     for lens in ([3, 200, 1, 0, 40], [100, 100, 100, 100, 100, 100, 100, 7]):
         case = decode_step(rng, HEADS[3], 4, lens, -(-(max(lens) + 1) // 4) + 2)
         for packed in (False, True):
-            check(case, 0, None, 16, packed=packed)
-            check(case, 9, 20.0, 16, packed=packed)
+            for stacked in (False, True):
+                check(case, 0, None, 16, packed=packed, stacked=stacked)
+                check(case, 9, 20.0, 16, packed=packed, stacked=stacked)
     # bfloat16 pools and queries
     case = decode_step(rng, HEADS[0], 4, [9, 50, 3], 16, dtype=jnp.bfloat16)
-    check(case, 0, 30.0, 16, tol=2e-2)
+    for stacked in (False, True):
+        check(case, 0, 30.0, 16, tol=2e-2, stacked=stacked)
+
+
+def test_head_form_rule():
+    """The stacked form up to ``STACKED_MAX_KV_HEADS`` KV heads unless switched off; forcing wins."""
+    assert use_stacked(1) and use_stacked(decode_blocked.STACKED_MAX_KV_HEADS)
+    assert not use_stacked(decode_blocked.STACKED_MAX_KV_HEADS + 1)
+    assert use_stacked(8, True) and not use_stacked(1, False)
+    saved = decode_blocked.STACKED_HEADS
+    try:
+        decode_blocked.STACKED_HEADS = False
+        assert not use_stacked(1)
+    finally:
+        decode_blocked.STACKED_HEADS = saved
 
 
 def test_dispatch_uses_it_for_decode_steps():
