@@ -15,7 +15,8 @@ whose speed drifts by 1.3-2x within an hour: both sides run in the same minutes.
 (prompt prefill, the forced tag's prefill, decode):
 
 - ``measured_s``: the real replay (``pass_s``: the timed pass itself, for comparison);
-- ``floor_s``: the stub replay, the same step without attention;
+- ``floor_s``: the stub replay, the same step without attention (its host work included: packing the step,
+  the sampling batch, the transfers and reading the tokens back);
 - ``bound_s``: the step's own bound (``ModelCost.step``: 2 FLOPs per weight per token, the head for its logits
   rows, 4 * heads * head_dim per visible pair; the weights read once plus the K/V it reads) at this run's peaks.
   Summed step by step it is at least the eval's drafting bound, which counts the prompt as one prefill (the
@@ -101,6 +102,7 @@ def paired_replays(steps_kept: list, run_step, rounds: int) -> dict[str, list[fl
     from specrag_jax.models.decoder import layers
 
     runner = steps_kept[0][1]
+    assert all(kept[1] is runner for kept in steps_kept), "every step of one drafting pass runs on one runner"
     pool = jax.tree_util.tree_map(jnp.copy, runner.pool)  # the pool as the timed pass left it
     attention = layers.paged_attention
     best: dict[str, list[float]] = {}
@@ -130,7 +132,7 @@ SUMS = ("steps", "pass_s", "measured_s", "floor_s", "bound_s")
 def summarise(steps_kept, measured, floors, cost, peaks) -> dict:
     """Pass, measured (real replay), floor and bound seconds of one question's steps, by part and in all."""
     by_part = {p: dict.fromkeys(SUMS, 0.0) | {"steps": 0} for p in PARTS}
-    for (work, _, _, pass_s), real, floor in zip(steps_kept, measured, floors):
+    for (work, _, _, pass_s), real, floor in zip(steps_kept, measured, floors, strict=True):
         entry = by_part[part_of(work)]
         entry["steps"] += 1
         entry["pass_s"] += pass_s

@@ -32,10 +32,13 @@ Two head forms of a block's products, the same result:
 - *stacked*: every query head against all KV heads' keys side by side, its query placed in its own KV head's
   ``D`` columns of a block-diagonal ``[Hq, Hkv * D]`` matrix (zeros elsewhere): products batched over rows only,
   reading the gathered block as it lies, at Hkv times the multiplies (a decode step's attention multiplies are
-  few; the accumulator keeps each head's own diagonal block at the end). Taken up to ``STACKED_MAX_KV_HEADS``.
-  Measured on whole steps (SmolLM2, 5 rows): 1.08x at 300 cached tokens a row, 1.19x at 600, 1.28x at 1,200;
-  drafting's short rows (~240 tokens) unchanged (``drafting_steps.py --ab heads``: 0.99x); Qwen2.5-1.5B's
-  weight-bound decode unchanged within noise.
+  few; the accumulator keeps each head's own diagonal block at the end). Taken up to ``STACKED_MAX_KV_HEADS``
+  (this is the CPU path: GPUs and TPUs take the Pallas kernels). One difference: a non-finite key at a visible
+  position spoils every query head's score in the stacked form (0 * inf), only its own KV head's in the grouped one.
+  Measured on whole SmolLM2 decode steps, stacked / grouped decode time (``benchmarks/decode_schedule.py --switch
+  heads``, ``benchmarks/results/decode_stacked_heads.json``): ragged 8 rows of 60-3,000 cached tokens 0.90x, 8 x 400
+  0.86x, 4 x 2,000 0.90x; drafting's short rows (~240 tokens) unchanged (``drafting_steps.py --ab heads``: decode
+  0.99x, drafting 1.01x).
 
 Same arguments and result as ``paged_tree_attention_reference`` on decode metadata (tested against it).
 """
@@ -57,6 +60,8 @@ PACKED_DECODE = True  # steps of several rows may take the packed schedule (read
 STACKED_HEADS = True  # the stacked head form where ``use_stacked`` allows it (read at trace time; the A/B switch)
 STACKED_MAX_KV_HEADS = 4  # its products do Hkv times the grouped form's multiplies
 
+Products = Callable[[jax.Array, jax.Array], jax.Array]  # (a block's queries or probabilities, its keys or values)
+
 
 class HeadForm(NamedTuple):
     """How a block's products see the heads: the queries, the accumulator's start, a block's scores [rows, Hq,
@@ -64,9 +69,9 @@ class HeadForm(NamedTuple):
 
     queries: jax.Array
     acc0: jax.Array
-    scores: Callable
-    values: Callable
-    finish: Callable
+    scores: Products
+    values: Products
+    finish: Callable[[jax.Array], jax.Array]
 
 
 def use_stacked(kv_heads: int, stacked: bool | None = None) -> bool:
@@ -80,10 +85,10 @@ def _grouped_heads(qh: jax.Array, v_new: jax.Array) -> HeadForm:
     after copying each gathered block head-major."""
     t, hkv, g, d = qh.shape
 
-    def scores(queries, k):
+    def scores(queries: jax.Array, k: jax.Array) -> jax.Array:
         return jnp.einsum("tkgd,tjkd->tkgj", queries, k).reshape(k.shape[0], hkv * g, k.shape[1])
 
-    def values(p, v):
+    def values(p: jax.Array, v: jax.Array) -> jax.Array:
         return jnp.einsum("tkgj,tjkd->tkgd", p.reshape(v.shape[0], hkv, g, -1), v).reshape(v.shape[0], hkv * g, d)
 
     acc0 = jnp.broadcast_to(v_new.astype(jnp.float32)[:, :, None, :], qh.shape).reshape(t, hkv * g, d)
@@ -98,13 +103,13 @@ def _stacked_heads(qh: jax.Array, v_new: jax.Array) -> HeadForm:
     eye = jnp.eye(hkv, dtype=qh.dtype)
     queries = (qh[:, :, :, None, :] * eye[None, :, None, :, None]).reshape(t, hkv * g, hkv * d)
 
-    def scores(queries, k):
+    def scores(queries: jax.Array, k: jax.Array) -> jax.Array:
         return jnp.einsum("tqc,tjc->tqj", queries, k.reshape(*k.shape[:2], hkv * d))
 
-    def values(p, v):
+    def values(p: jax.Array, v: jax.Array) -> jax.Array:
         return jnp.einsum("tqj,tjc->tqc", p, v.reshape(*v.shape[:2], hkv * d))
 
-    def finish(acc):
+    def finish(acc: jax.Array) -> jax.Array:
         own = jnp.diagonal(acc.reshape(t, hkv, g, hkv, d), axis1=1, axis2=3)  # [T, G, D, Hkv]
         return jnp.moveaxis(own, -1, 1).reshape(t, hkv * g, d)
 
@@ -159,9 +164,9 @@ def paged_decode_attention_blocked(
     rows = jnp.arange(t)
 
     def lockstep(b, carry):
-        s, values = read(form.queries, lax.dynamic_slice_in_dim(plan.tables, b * plan.pages, plan.pages, axis=1))
+        s, values_of = read(form.queries, lax.dynamic_slice_in_dim(plan.tables, b * plan.pages, plan.pages, axis=1))
         s = jnp.where(visible_keys(b, plan.size, lens, pos, window)[:, None, :], s, MASKED_SCORE)
-        return online_update(carry, s, values)
+        return online_update(carry, s, values_of)
 
     first = first_visible_key(pos, window) // plan.size  # [T] each row's block range [first, last)
     counts = jnp.where(meta.token_valid, jnp.maximum((lens + plan.size - 1) // plan.size, first) - first, 0)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jax.extend.core import jaxprs_in_params
 
 from specrag_jax.kernels import AttentionMetadata, decode_blocked, paged_attention, paged_tree_attention_reference
 from specrag_jax.kernels.decode_blocked import paged_decode_attention_blocked, use_stacked
@@ -109,23 +110,45 @@ def test_edge_steps():
             for stacked in (False, True):
                 check(case, 0, None, 16, packed=packed, stacked=stacked)
                 check(case, 9, 20.0, 16, packed=packed, stacked=stacked)
-    # bfloat16 pools and queries
-    case = decode_step(rng, HEADS[0], 4, [9, 50, 3], 16, dtype=jnp.bfloat16)
+    # bfloat16 pools and queries (3 KV heads: the stacked form's block-diagonal query is not the identity)
+    case = decode_step(rng, HEADS[1], 4, [9, 50, 3], 16, dtype=jnp.bfloat16)
     for stacked in (False, True):
         check(case, 0, 30.0, 16, tol=2e-2, stacked=stacked)
 
 
-def test_head_form_rule():
-    """The stacked form up to ``STACKED_MAX_KV_HEADS`` KV heads unless switched off; forcing wins."""
+def test_every_head_shape_in_both_forms_and_schedules():
+    """Each head shape (1-4 KV heads, 1-4 query heads each) in both head forms and both loop schedules, with a
+    window and a softcap, on one ragged step with a padding row."""
+    rng = np.random.default_rng(5)
+    for heads in HEADS:
+        case = decode_step(rng, heads, 4, [21, 3, 60, 0, 37], 18)
+        for packed in (False, True):
+            for stacked in (False, True):
+                check(case, 0, None, 16, packed=packed, stacked=stacked)
+                check(case, 11, 25.0, 16, packed=packed, stacked=stacked)
+
+
+def _accumulator_widths(stacked_heads: bool, monkeypatch) -> set[int]:
+    """Last-axis widths of the [T, Hq, width] float32 arrays in the traced kernel (9 query and 3 KV heads of 16)."""
+    monkeypatch.setattr(decode_blocked, "STACKED_HEADS", stacked_heads)
+    case = decode_step(np.random.default_rng(0), HEADS[1], 4, [5, 9], 4)
+    jaxpr = jax.make_jaxpr(functools.partial(paged_decode_attention_blocked, scale=0.3))(*case)
+    shapes = {v.aval.shape for eqn in jaxpr.jaxpr.eqns for v in eqn.outvars if hasattr(v.aval, "shape")}
+    for eqn in jaxpr.jaxpr.eqns:  # the loops' bodies
+        for sub in jaxprs_in_params(eqn.params):
+            shapes |= {v.aval.shape for e in sub.eqns for v in e.outvars if hasattr(v.aval, "shape")}
+    return {shape[2] for shape in shapes if len(shape) == 3 and shape[:2] == (T, 9)}
+
+
+def test_head_form_rule(monkeypatch):
+    """The stacked form up to ``STACKED_MAX_KV_HEADS`` KV heads unless switched off; forcing wins; and the kernel
+    follows the rule: its accumulator is [T, Hq, Hkv * D] stacked, [T, Hq, D] grouped."""
     assert use_stacked(1) and use_stacked(decode_blocked.STACKED_MAX_KV_HEADS)
     assert not use_stacked(decode_blocked.STACKED_MAX_KV_HEADS + 1)
     assert use_stacked(8, True) and not use_stacked(1, False)
-    saved = decode_blocked.STACKED_HEADS
-    try:
-        decode_blocked.STACKED_HEADS = False
-        assert not use_stacked(1)
-    finally:
-        decode_blocked.STACKED_HEADS = saved
+    assert 48 in _accumulator_widths(True, monkeypatch)
+    assert 48 not in _accumulator_widths(False, monkeypatch)
+    assert not use_stacked(1)  # STACKED_HEADS is off here
 
 
 def test_dispatch_uses_it_for_decode_steps():
