@@ -33,8 +33,9 @@ Two head forms of a block's products, the same result:
   ``D`` columns of a block-diagonal ``[Hq, Hkv * D]`` matrix (zeros elsewhere): products batched over rows only,
   reading the gathered block as it lies, at Hkv times the multiplies (a decode step's attention multiplies are
   few; the accumulator keeps each head's own diagonal block at the end). Taken up to ``STACKED_MAX_KV_HEADS``
-  (this is the CPU path: GPUs and TPUs take the Pallas kernels). One difference: a non-finite key at a visible
-  position spoils every query head's score in the stacked form (0 * inf), only its own KV head's in the grouped one.
+  in a one-device process (a mesh sharding the heads would all-reduce its products; the CPU path: GPUs and TPUs
+  take the Pallas kernels). One difference: a non-finite key at a visible position spoils every query head's
+  score in the stacked form (0 * inf), only its own KV head's in the grouped one.
   Measured on whole SmolLM2 decode steps, stacked / grouped decode time (``benchmarks/decode_schedule.py --switch
   heads``, ``benchmarks/results/decode_stacked_heads.json``): ragged 8 rows of 60-3,000 cached tokens 0.90x, 8 x 400
   0.86x, 4 x 2,000 0.90x; drafting's short rows (~240 tokens) unchanged (``drafting_steps.py --ab heads``: decode
@@ -75,9 +76,12 @@ class HeadForm(NamedTuple):
 
 
 def use_stacked(kv_heads: int, stacked: bool | None = None) -> bool:
-    """Whether decode attention takes the stacked head form (``stacked`` None: ``STACKED_HEADS`` and at most
-    ``STACKED_MAX_KV_HEADS`` KV heads)."""
-    return (STACKED_HEADS and kv_heads <= STACKED_MAX_KV_HEADS) if stacked is None else stacked
+    """Whether decode attention takes the stacked head form (``stacked`` None: ``STACKED_HEADS``, at most
+    ``STACKED_MAX_KV_HEADS`` KV heads, and one device: its products contract over all KV heads at once, which a
+    mesh sharding the heads would all-reduce every layer, where the grouped form keeps each head on its shard)."""
+    if stacked is not None:
+        return stacked
+    return STACKED_HEADS and kv_heads <= STACKED_MAX_KV_HEADS and jax.device_count() == 1
 
 
 def _grouped_heads(qh: jax.Array, v_new: jax.Array) -> HeadForm:

@@ -141,14 +141,17 @@ def _accumulator_widths(stacked_heads: bool, monkeypatch) -> set[int]:
 
 
 def test_head_form_rule(monkeypatch):
-    """The stacked form up to ``STACKED_MAX_KV_HEADS`` KV heads unless switched off; forcing wins; and the kernel
-    follows the rule: its accumulator is [T, Hq, Hkv * D] stacked, [T, Hq, D] grouped."""
+    """The stacked form up to ``STACKED_MAX_KV_HEADS`` KV heads on one device unless switched off; forcing wins; and
+    the kernel follows the rule: its accumulator is [T, Hq, Hkv * D] stacked, [T, Hq, D] grouped."""
     assert use_stacked(1) and use_stacked(decode_blocked.STACKED_MAX_KV_HEADS)
     assert not use_stacked(decode_blocked.STACKED_MAX_KV_HEADS + 1)
     assert use_stacked(8, True) and not use_stacked(1, False)
     assert 48 in _accumulator_widths(True, monkeypatch)
     assert 48 not in _accumulator_widths(False, monkeypatch)
     assert not use_stacked(1)  # STACKED_HEADS is off here
+    monkeypatch.setattr(decode_blocked, "STACKED_HEADS", True)
+    monkeypatch.setattr(jax, "device_count", lambda: 8)  # a mesh may shard the heads: grouped, unless forced
+    assert not use_stacked(1) and use_stacked(1, True)
 
 
 def test_dispatch_uses_it_for_decode_steps():
