@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import load_tuned_drafter, run_header, write_results
-from benchmarks.drafting_steps import TAG_STEP_TOKENS, add_question_args, question_subsets
+from benchmarks.drafting_steps import TAG_STEP_TOKENS, add_question_args, question_subsets, timed_steps
 
 PARTS = ("prefill", "tag_prefill", "decode")
 
@@ -64,19 +64,9 @@ def step_cost(cost, work):
 
 
 def kept_steps(kept: list):
-    """Patch ``Work.run`` so every engine step is timed and kept (work, runner, config, seconds); returns the undo."""
-    from specrag_jax.models.engine import steps
-
-    original = steps.Work.run
-
-    def run(self, runner, cfg):
-        t = time.perf_counter()
-        out = original(self, runner, cfg)
-        kept.append([self, runner, cfg, time.perf_counter() - t])
-        return out
-
-    steps.Work.run = run
-    return original, lambda: setattr(steps.Work, "run", original)
+    """Patch ``Work.run`` so every engine step is timed and kept (work, runner, config, seconds); returns the
+    unpatched ``Work.run`` and the undo."""
+    return timed_steps(lambda work, runner, cfg, seconds: kept.append([work, runner, cfg, seconds]))
 
 
 def replay(steps_kept: list, run_step, pool) -> list[float]:

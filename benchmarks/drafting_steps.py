@@ -58,8 +58,9 @@ AB_SIDES = {  # (new, old)
 }
 
 
-def recorded_steps(log: list[dict]):
-    """Patch ``Work.run`` so every engine step appends its record to ``log``; returns the undo function."""
+def timed_steps(on_step):
+    """Patch ``Work.run`` so every engine step calls ``on_step(work, runner, cfg, seconds)`` after it runs;
+    returns the unpatched ``Work.run`` and the undo function."""
     from specrag_jax.models.engine import steps
 
     original = steps.Work.run
@@ -67,21 +68,30 @@ def recorded_steps(log: list[dict]):
     def run(self, runner, cfg):
         t = time.perf_counter()
         out = original(self, runner, cfg)
-        log.append(
-            {
-                "kind": self.kind,
-                "decode": self.decodes,
-                "live": len(self.chunks),
-                "rows": self.rows,
-                "tokens": sum(len(c.tokens) for c in self.chunks),
-                "cached": sum(c.kv_len for c in self.chunks),
-                "s": time.perf_counter() - t,
-            }
-        )
+        on_step(self, runner, cfg, time.perf_counter() - t)
         return out
 
     steps.Work.run = run
-    return lambda: setattr(steps.Work, "run", original)
+    return original, lambda: setattr(steps.Work, "run", original)
+
+
+def recorded_steps(log: list[dict]):
+    """Patch ``Work.run`` so every engine step appends its record to ``log``; returns the undo function."""
+
+    def record(work, runner, cfg, seconds: float) -> None:
+        log.append(
+            {
+                "kind": work.kind,
+                "decode": work.decodes,
+                "live": len(work.chunks),
+                "rows": work.rows,
+                "tokens": sum(len(c.tokens) for c in work.chunks),
+                "cached": sum(c.kv_len for c in work.chunks),
+                "s": seconds,
+            }
+        )
+
+    return timed_steps(record)[1]
 
 
 def split_question(log: list[dict], total_s: float) -> dict:
