@@ -155,7 +155,12 @@ def _add_ask(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ask", help="answer a question with Speculative RAG")
     p.add_argument("question")
     p.add_argument("--corpus", default=None, help="JSON-lines file or folder of text files (default: built-in)")
-    p.add_argument("--method", default="speculative")
+    p.add_argument(
+        "--method",
+        default="auto",
+        help="auto (the router: exact standard RAG or the speculative cascade, per question), speculative (the "
+        "cascade), standard, closed_book, drafter_only, random_draft or lossless",
+    )
     p.add_argument("--json", action="store_true", help="print the answer object as JSON")
     add_rag_options(p)
 
@@ -209,7 +214,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         help="run every *.jsonl/*.json file in DIR (format and task of each inferred) and write Table 1 "
         "(table.json, table.md, and each file's results in a subfolder of --out)",
     )
-    p.add_argument("--methods", default="closed_book,standard,speculative,drafter_only,random_draft")
+    p.add_argument("--methods", default="closed_book,standard,speculative,auto,drafter_only,random_draft")
     p.add_argument(
         "--offset",
         type=int,

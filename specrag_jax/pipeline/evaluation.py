@@ -24,6 +24,7 @@ from specrag_jax.pipeline.datasets import score_answer
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.lossless import summarize_speculation
 from specrag_jax.pipeline.roofline import mean_roofline, model_cost, roofline
+from specrag_jax.pipeline.router_report import cascade_outcome, router_summary
 from specrag_jax.pipeline.selection import (
     EVIDENCE_TERMS,
     PLAIN_TERMS,
@@ -140,6 +141,8 @@ def evaluate(
     predictions = []
     verified: list[tuple[list[Draft], dict]] = []  # the speculative drafts and their question row
     paths: list[tuple[str | None, bool]] = []
+    routes: list[dict] = []  # method auto's trace "route" per question
+    outcomes: list[dict] = []  # the cascade's outcome per question, when speculative and standard both ran
 
     def answer(pipeline: SpecRAG, row: dict) -> dict:
         closed = from_row(row)  # arc_c / pubhealth: the choices go into the prompts, answers are labels
@@ -220,11 +223,23 @@ def evaluate(
                         "drafts": [d.to_dict() for d in result.drafts],
                     }
                 )
+                if "route" in result.trace:  # method auto: the router's decision and what it predicted
+                    predictions[-1]["route"] = result.trace["route"]
+                    routes.append(result.trace["route"])
                 if method == "speculative":
                     verified.append((result.drafts, row))
                     predictions[-1]["selections"] = selection_picks(result.drafts, from_row(row) is not None)
                     predictions[-1][SCORED_AFTER] = result.trace.get(SCORED_AFTER, {})
                     paths.append((result.trace.get("path"), ok))
+            if "speculative" in answers and "standard" in answers:
+                spec = answers["speculative"]
+                outcomes.append(
+                    cascade_outcome(
+                        spec.trace.get("path"),
+                        score_answer(row, spec.answer),
+                        score_answer(row, answers["standard"].answer),
+                    )
+                )
             released += release_free_heap() or 0.0  # the question's freed host buffers go back to the OS
     out: dict[str, Any] = {"methods": {}, "predictions": predictions}
     for method, a in acc.items():
@@ -255,6 +270,8 @@ def evaluate(
         "rss_mib": status_mib("VmRSS"),
         "heap_released_mib": round(released, 1),
     }
+    if "auto" in out["methods"]:
+        out["methods"]["auto"]["router"] = router_summary(routes, outcomes if len(outcomes) == len(routes) else None)
     if verified:
         out["ablations"] = score_ablations(verified)
         out["selection"] = selection_accuracy(verified, [p["selections"] for p in predictions if "selections" in p])

@@ -73,7 +73,7 @@ class ProgressivePrefill:
             m not in ("standard", "closed_book") and (m != "lossless" or needs_drafts(self.cfg.proposer))
             for m in methods
         )
-        self.answer = any(m in ("standard", "lossless") for m in methods)
+        self.answer = any(m in ("standard", "lossless", "auto") for m in methods)  # auto: its exact path
         self._memo: dict[tuple, tuple[list[list[int]], dict]] = {}
         self._inflight: list[tuple[str, Prompts, Any]] = []  # (role, prompts, PrefillHandle)
         self._lock = threading.Lock()

@@ -96,6 +96,20 @@ def add_rag_options(p: argparse.ArgumentParser) -> None:
         help="lossless method's (and fallback's) largest token tree per verifier step: 8, 16, 32 or 64 "
         "(default: 8 on CPU, 16 on a GPU or TPU)",
     )
+    p.add_argument(
+        "--router-max-loss",
+        type=float,
+        default=0.0,
+        help="method auto: the largest expected accuracy loss against standard RAG (in [0, 1]) at which the "
+        "router may still take the cascade when it is faster (default 0: never an expected loss)",
+    )
+    p.add_argument(
+        "--router-margin",
+        type=float,
+        default=0.0,
+        help="method auto: how much faster than the exact path (a fraction in [0, 1)) the cascade must be expected "
+        "to be before the router takes it",
+    )
     from specrag_jax.rerank.options import add_rerank_arguments
 
     add_rerank_arguments(p)
@@ -166,6 +180,8 @@ def rag_config_from_args(args: argparse.Namespace):
         seed=args.seed,
         verifier_prompt=args.verifier_prompt,
         proposer=args.proposer,
+        router_max_loss=args.router_max_loss,
+        router_margin=args.router_margin,
         **rerank_fields(args),
         **({} if args.spec_budget is None else {"tree_budget": args.spec_budget}),  # None: the platform's default
     )

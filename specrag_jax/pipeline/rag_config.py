@@ -10,6 +10,7 @@ from specrag_jax.pipeline.clustering import check_clustering
 from specrag_jax.pipeline.lossless import check_lossless
 from specrag_jax.pipeline.progressive import check_progressive
 from specrag_jax.pipeline.reranking import check_rerank
+from specrag_jax.pipeline.router import check_router
 from specrag_jax.pipeline.selection import ScoreOptions, check_selection
 from specrag_jax.pipeline.verifier_prompts import check_prompt_form
 
@@ -50,6 +51,10 @@ class RAGConfig:
     rerank_patience: int = 2  # stop once the fine top-n_docs set is unchanged this many groups (math.inf: never)
     progressive_prefill: int = 0  # N > 0: prefill once the top set is stable N groups (pipeline/progressive.py)
     clustering: str = DEFAULT_CLUSTERING  # "drafter" | "lexical": the vectors k-means groups (pipeline/clustering.py)
+    # the router (method "auto", pipeline/router.py): the cascade's largest expected accuracy loss against standard
+    # RAG it accepts, and how much faster than the exact path it must be expected to be (a fraction)
+    router_max_loss: float = 0.0
+    router_margin: float = 0.0
 
     def check(self) -> None:
         if self.n_docs < 1:
@@ -66,5 +71,6 @@ class RAGConfig:
         check_lossless(self.proposer, self.tree_budget)
         check_rerank(self.rerank, self.reranker, self.n_coarse, self.rerank_group, self.rerank_patience)
         check_progressive(self.progressive_prefill, self.rerank, self.rerank_patience)
+        check_router(self.router_max_loss, self.router_margin)
         if self.tau_min is not None and not 0.0 <= self.tau_min <= 1.0:
             raise SpecRagError(f"tau_min must be in [0, 1] (got {self.tau_min})")

@@ -8,7 +8,8 @@ Stages and the trace counts they read (``models/executor/cost.py`` turns counts 
 - ``drafting``: the drafter's prefill of every subset prompt and the drafts' batched decode steps;
 - ``verification`` / ``evidence_verification``: one packed tree pass of the verifier (drafts; drafts with
   their passages);
-- ``standard``, ``lossless``, ``fallback`` (the cascade's standard answer): the verifier's chunked prefill
+- ``standard``, ``lossless``, ``fallback`` (the cascade's standard answer), ``exact`` (the router's exact path):
+  the verifier's chunked prefill
   (``<name>.prefill``) and its decode steps (``<name>.decode``: plain, or token trees when speculating).
 
 A stage's bound sums its serial parts' bounds (``Cost.bound_s``): drafting's prefill at the matmul peak, then its
@@ -62,18 +63,38 @@ def _sig(x: float, digits: int = 5) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def _generation(trace: Mapping, verifier: ModelCost) -> tuple[Cost, Cost]:
-    """(prefill, decode) costs of the verifier's answer: plain decode, or speculation's tree steps."""
-    prompt = int(trace.get("verifier_prefill_tokens", 0))
-    new = int(trace.get("verifier_decode_tokens", 0))
+def generation_cost(
+    verifier: ModelCost, prompt: int, new: float, steps: int = 0, proposed: float = 0.0
+) -> tuple[Cost, Cost]:
+    """(prefill, decode) costs of a verifier answer of ``new`` tokens after ``prompt``: plain decode, or ``steps``
+    token-tree steps that proposed ``proposed`` tokens in all (speculation)."""
     prefill = prefill_cost(verifier, prompt, PREFILL_CHUNK)
-    counts = (trace.get("speculation") or {}).get("counts")
-    if counts and counts.get("steps"):
-        steps = int(counts["steps"])
-        per_step = 1 + counts.get("proposed", 0) / steps  # the last token plus the proposed tree
+    if steps:
+        per_step = 1 + proposed / steps  # the last token plus the proposed tree
         tree_step = verifier.step(round(per_step), per_step * (prompt + new / 2), context=prompt + new / 2)
         return prefill, tree_step.times(steps)
-    return prefill, decode_cost(verifier, max(new - 1, 0), 1, prompt + new / 2)
+    return prefill, decode_cost(verifier, max(round(new) - 1, 0), 1, prompt + new / 2)
+
+
+def _generation(trace: Mapping, verifier: ModelCost) -> tuple[Cost, Cost]:
+    """(prefill, decode) costs of the verifier's answer in ``trace``."""
+    counts = (trace.get("speculation") or {}).get("counts") or {}
+    return generation_cost(
+        verifier,
+        int(trace.get("verifier_prefill_tokens", 0)),
+        int(trace.get("verifier_decode_tokens", 0)),
+        int(counts.get("steps", 0) or 0),
+        float(counts.get("proposed", 0)),
+    )
+
+
+def drafting_cost(drafter: ModelCost, shared: int, prompt: float, drafts: int, steps: int, new: float) -> Cost:
+    """The drafter's prefill of ``drafts`` branches (``prompt`` tokens in all) after their ``shared`` prefix, then
+    ``steps`` batched decode steps writing ``new`` tokens a draft on average."""
+    per_draft = prompt / drafts
+    pairs = causal_pairs(shared) + drafts * causal_pairs(round(per_draft), shared)
+    pre = drafter.step(shared + round(prompt), pairs, logits_rows=drafts)
+    return pre + decode_cost(drafter, steps, drafts, shared + per_draft + new / 2)
 
 
 def stage_costs(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method: str) -> dict[str, tuple[float, Cost]]:
@@ -92,13 +113,12 @@ def stage_costs(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method:
     if "drafter_prefill_tokens" in trace:
         shared = int(trace.get("drafter_shared_prefix_tokens", 0))
         prompt = int(trace["drafter_prefill_tokens"]) - shared
-        per_draft = prompt / drafts
-        pairs = causal_pairs(shared) + drafts * causal_pairs(round(per_draft), shared)
-        pre = drafter.step(shared + prompt, pairs, logits_rows=drafts)
         steps = int(trace.get("drafter_decode_steps", 0))
         new = int(trace.get("drafter_decode_tokens", 0)) / drafts
-        dec = decode_cost(drafter, steps, drafts, shared + per_draft + new / 2)
-        out["drafting"] = (float(trace.get("drafting_s", 0.0)), pre + dec)
+        out["drafting"] = (
+            float(trace.get("drafting_s", 0.0)),
+            drafting_cost(drafter, shared, prompt, drafts, steps, new),
+        )
     for name, key in (("verification", "verifier"), ("evidence_verification", "evidence")):
         if f"{key}_tree_tokens" in trace and trace.get(f"{name}_s") is not None:
             rows = trace.get(f"{key}_scored_rows")
@@ -107,7 +127,7 @@ def stage_costs(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method:
             cost = tree_cost(verifier, prefix, prefix + tree, drafts, None if rows is None else int(rows), cached)
             out[name] = (float(trace[f"{name}_s"]), cost)
     if "verifier_prefill_tokens" in trace and trace.get("generation_s") is not None:
-        name = generation_stage(method)
+        name = generation_stage(method, trace.get("path"))
         prefill, decode = _generation(trace, verifier)
         total = float(trace["generation_s"])
         out[name] = (total, prefill + decode)
@@ -124,15 +144,18 @@ def stage_compile_s(trace: Mapping, stage: str, method: str) -> float:
     if f"{stage}_compile_s" in trace:
         return float(trace[f"{stage}_compile_s"] or 0.0)
     name, _, phase = stage.partition(".")
-    if name != generation_stage(method):
+    if name != generation_stage(method, trace.get("path")):
         return 0.0
     phases = ("prefill", "decode") if not phase else (phase,)
     return sum(float(trace.get(f"verifier_{p}_compile_s") or 0.0) for p in phases)
 
 
-def generation_stage(method: str) -> str:
-    """The roofline stage of the verifier's own answer: the cascade's ``fallback``, else the method's name."""
-    return "fallback" if method == "speculative" else method
+def generation_stage(method: str, path: str | None = None) -> str:
+    """The roofline stage of the verifier's own answer: the cascade's ``fallback``; the router's (``auto``)
+    ``exact`` path, or ``fallback`` when it routed to the cascade and fell back; else the method's name."""
+    if method == "speculative" or (method == "auto" and path == "fallback"):
+        return "fallback"
+    return "exact" if method == "auto" else method
 
 
 def roofline(trace: Mapping, drafter: ModelCost, verifier: ModelCost, method: str, peaks: MachinePeaks) -> dict:

@@ -1,6 +1,8 @@
 """SpecRAG: the Python API of the whole pipeline and its baselines.
 
-speculative (the default method): retrieve -> passage vectors (``clustering.py``) -> k-means -> m subsets -> m drafts
+auto (the default method): the router (``router.py``) decides per question, before drafting, between the exact path
+(standard RAG's answer through lossless decoding with n-gram proposals) and the speculative cascade.
+speculative (the cascade): retrieve -> passage vectors (``clustering.py``) -> k-means -> m subsets -> m drafts
 in one batched generation -> one packed verifier pass (by default the paper's rho without documents, among the
 drafts whose answer occurs in their own passages; or evidence-aware, each draft with its own passages;
 ``selection.py``) -> the selected draft, accepted when its confidence reaches
@@ -13,7 +15,6 @@ token-tree speculation over the drafts and n-grams (``lossless.py``): the same o
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import random
 import time
@@ -21,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
+from specrag_jax.machine_peaks import platform_peaks
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.closed_set import ClosedSet
@@ -29,8 +31,10 @@ from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
 from specrag_jax.pipeline.lossless import lossless_speculation, needs_drafts, speculation_trace
 from specrag_jax.pipeline.progressive import ProgressivePrefill, require_prefix_cache
 from specrag_jax.pipeline.prompts import first_line
+from specrag_jax.pipeline.rag_answer import RAGAnswer
 from specrag_jax.pipeline.rag_config import RAGConfig
 from specrag_jax.pipeline.reranking import Scorer, rerank_documents
+from specrag_jax.pipeline.router import EXACT_PROPOSER, Route, decide
 from specrag_jax.pipeline.selection import (
     ScoreOptions,
     best,
@@ -50,32 +54,10 @@ from specrag_jax.pipeline.verification import verify_drafts
 from specrag_jax.pipeline.verifier_prompts import answer_prompt, use_chat
 from specrag_jax.progress import NO_PROGRESS, Progress
 
-METHODS = ("speculative", "standard", "closed_book", "drafter_only", "random_draft", "lossless")
+METHODS = ("auto", "speculative", "standard", "closed_book", "drafter_only", "random_draft", "lossless")
+DEFAULT_METHOD = "auto"
 SearchFn = Callable[[str, int], list[dict]]
 _AFTER_SEARCH = ("rerank_s", "prefill_wait_s")  # the stages of the retrieval span that are not the search
-
-
-@dataclasses.dataclass
-class RAGAnswer:
-    """What ``SpecRAG.answer`` returns (``to_dict`` is the JSON shape of ``specrag ask --json``)."""
-
-    answer: str
-    rationale: str
-    citations: list[str]
-    drafts: list[Draft]
-    trace: dict[str, Any]
-    method: str
-    docs: list[dict] = dataclasses.field(default_factory=list)  # the passages the method read (not in to_dict)
-
-    def to_dict(self) -> dict:
-        return {
-            "answer": self.answer,
-            "rationale": self.rationale,
-            "citations": self.citations,
-            "drafts": [d.to_dict() for d in self.drafts],
-            "trace": self.trace,
-            "method": self.method,
-        }
 
 
 class SpecRAG:
@@ -108,7 +90,7 @@ class SpecRAG:
         self,
         question: str,
         docs: Sequence[dict | str] | None = None,
-        method: str = "speculative",
+        method: str = DEFAULT_METHOD,
         *,
         closed_set: ClosedSet | None = None,
     ) -> RAGAnswer:
@@ -120,7 +102,7 @@ class SpecRAG:
         self,
         question: str,
         docs: Sequence[dict | str] | None = None,
-        methods: Sequence[str] = ("speculative",),
+        methods: Sequence[str] = (DEFAULT_METHOD,),
         *,
         closed_set: ClosedSet | None = None,
     ) -> dict[str, RAGAnswer]:
@@ -147,6 +129,8 @@ class SpecRAG:
         rest = [m for m in methods if m != "closed_book"]
         if not rest:
             return out
+        if "auto" in rest:
+            platform_peaks()  # measured once per process on a CPU (~1 s), before the clock starts
         given = docs is not None
         self.progress.start("retrieval")
         with CompileClock() as clock:
@@ -168,7 +152,17 @@ class SpecRAG:
             out["lossless"] = self._timed(
                 lambda tr, t: self._lossless(question, docs, [], tr, t, closed_set), shared, t0
             )
-        drafting = [m for m in rest if m != "standard" and (m != "lossless" or "lossless" not in out)]
+        route: Route | None = None
+        if "auto" in rest:  # the router decides before any drafting
+            route = self._route(question, docs, closed_set)
+            if route.path == "exact":
+                spent = route.decide_s + shared["retrieval_s"] + sum(shared.get(k, 0.0) for k in _AFTER_SEARCH)
+                out["auto"] = self._timed(
+                    lambda tr, t: self._exact(question, docs, route, tr, t, closed_set),
+                    shared,
+                    time.perf_counter() - spent,
+                )
+        drafting = [m for m in rest if m != "standard" and m not in out]
         if drafting:
             with CompileClock() as clock:
                 t = time.perf_counter()
@@ -178,13 +172,15 @@ class SpecRAG:
             shared["first_draft_token_s"] = t - t0 + shared["clustering_s"] + shared["drafter_first_token_s"]
             for m in drafting:
                 own = copy.deepcopy(drafts) if len(drafting) > 1 else drafts
-                run = (
-                    functools.partial(self._lossless, closed=closed_set)
-                    if m == "lossless"
-                    else functools.partial(self._select, method=m, closed=closed_set)
-                )
+                if m == "lossless":
+                    run = functools.partial(self._lossless, closed=closed_set)
+                elif m == "auto":
+                    run = functools.partial(self._cascade, route=route, closed=closed_set)
+                else:
+                    run = functools.partial(self._select, method=m, closed=closed_set)
+                own_s = spent + (route.decide_s if m == "auto" and route is not None else 0.0)
                 out[m] = self._timed(
-                    lambda tr, t, run=run, own=own: run(question, docs, own, tr, t), shared, time.perf_counter() - spent
+                    lambda tr, t, run=run, own=own: run(question, docs, own, tr, t), shared, time.perf_counter() - own_s
                 )
         return {m: out[m] for m in methods}
 
@@ -207,6 +203,8 @@ class SpecRAG:
         with CompileClock() as clock:
             result = fn(trace, t0)
         result.trace["compile_s"] = shared["compile_s"] + clock.seconds
+        if "route" in result.trace:  # the router's prediction beside what the path took (without compilation)
+            result.trace["route"]["measured_s"] = round(result.trace["total_s"] - result.trace["compile_s"], 4)
         return result
 
     def _documents(
@@ -248,15 +246,16 @@ class SpecRAG:
         t0: float,
         drafts: Sequence[Draft] | None = None,
         closed: ClosedSet | None = None,
+        proposer: str | None = None,
     ) -> RAGAnswer:
-        """The verifier's answer from all ``docs``; with ``drafts`` (lossless) decoded with speculation; with
-        ``closed`` the answer is the label it gives (its first line when it gives none)."""
+        """The verifier's answer from all ``docs``; with ``drafts`` (lossless) decoded with speculation (``proposer``,
+        default the config's); with ``closed`` the answer is the label it gives (its first line when it gives none)."""
         prompt = answer_prompt(self.verifier.tokenizer, question, docs, self.verifier_chat, closed)
         t = time.perf_counter()
         speculation = None
         if drafts is not None:
             speculation = lossless_speculation(
-                self.verifier.tokenizer, drafts, self.config.proposer, self.config.tree_budget
+                self.verifier.tokenizer, drafts, proposer or self.config.proposer, self.config.tree_budget
             )
         [res] = self.verifier.generate_ids(
             [self.verifier.tokenizer.encode_rendered(prompt)],
@@ -330,6 +329,59 @@ class SpecRAG:
             f"{trace.get('verifier_decode_tokens', 0)} new tokens in {spec['steps']} decode steps "
             f"({spec['accepted_tokens_per_step']:.2f} per step)",
         )
+        return result
+
+    def _route(self, question: str, docs: list[dict], closed: ClosedSet | None) -> Route:
+        """The router's decision for this question (``router.decide`` on the running platform)."""
+        cfg = self.config
+        route = decide(
+            self.drafter,
+            self.verifier,
+            question,
+            docs,
+            m=cfg.m,
+            k=cfg.k,
+            chat=self.verifier_chat,
+            closed=closed,
+            max_loss=cfg.router_max_loss,
+            margin=cfg.router_margin,
+        )
+        self.progress.note(f"route: {route.path}: {route.reason}")
+        return route
+
+    def _exact(
+        self, question: str, docs: list[dict], route: Route, trace: dict, t0: float, closed: ClosedSet | None = None
+    ) -> RAGAnswer:
+        """The router's exact path: standard RAG's answer through lossless decoding with n-gram proposals."""
+        trace.update(route=route.to_dict(), path="exact")
+        self.progress.start("exact answer")
+        result = self._generate_answer(
+            question, docs, "auto", trace, t0, drafts=[], closed=closed, proposer=EXACT_PROPOSER
+        )
+        spec = trace["speculation"]
+        self.progress.end(
+            "exact answer",
+            trace.get("generation_s", 0.0),
+            f"{trace.get('verifier_prefill_tokens', 0)} prompt + {trace.get('verifier_decode_tokens', 0)} new tokens "
+            f"in {spec['steps']} decode steps ({spec['accepted_tokens_per_step']:.2f} per step)",
+        )
+        return result
+
+    def _cascade(
+        self,
+        question: str,
+        docs: list[dict],
+        drafts: list[Draft],
+        trace: dict,
+        t0: float,
+        *,
+        route: Route,
+        closed: ClosedSet | None = None,
+    ) -> RAGAnswer:
+        """The router's cascade path: the speculative method's answer, recorded as ``auto`` with its route."""
+        trace["route"] = route.to_dict()
+        result = self._select(question, docs, drafts, trace, t0, method="speculative", closed=closed)
+        result.method = "auto"
         return result
 
     def _select(

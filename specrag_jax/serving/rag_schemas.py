@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specrag_jax.pipeline.reranking import RERANK_MODES
 from specrag_jax.pipeline.selection import SELECTIONS
-from specrag_jax.pipeline.specrag import METHODS
+from specrag_jax.pipeline.specrag import DEFAULT_METHOD, METHODS
 from specrag_jax.serving.rag_trace import RagTrace
 from specrag_jax.serving.schemas import StrictModel
 
@@ -34,9 +34,9 @@ class RagRequest(StrictModel):
         None, max_length=64, description="passages; without them the server's corpus is searched"
     )
     method: Literal[METHODS] = Field(  # type: ignore[valid-type]
-        "speculative",
-        description="speculative (drafts + verifier, the default) | standard | closed_book | "
-        "drafter_only | random_draft | lossless",
+        DEFAULT_METHOD,
+        description="auto (the default: the router picks the exact path or the cascade per question) | speculative "
+        "(the cascade: drafts + verifier) | standard | closed_book | drafter_only | random_draft | lossless",
     )
     m: int | None = Field(None, ge=1, le=16, description="number of drafts")
     k: int | None = Field(None, ge=1, le=16, description="number of clusters")

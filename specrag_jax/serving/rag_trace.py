@@ -134,7 +134,9 @@ class RagTrace(TypedDict, total=False):
     selection: Annotated[str, Field(description="rho | evidence, optionally +agg then +ground")]
     chosen_draft: Annotated[Count, Field(description="index of the chosen draft (also when it was not accepted)")]
     fallback: Annotated[Literal["standard", "unanswerable"], Field(description="the cascade's fallback, when taken")]
-    path: Annotated[str, Field(description="verified_draft | fallback | consensus | drafter_only | random_draft")]
+    path: Annotated[
+        str, Field(description="verified_draft | fallback | consensus | drafter_only | random_draft | exact (auto)")
+    ]
     generation_s: Annotated[float, Field(description="seconds of the verifier's own answer")]
     verifier_prefill_tokens: Annotated[Count, Field(description="prompt tokens of the verifier's answer")]
     verifier_decode_tokens: Annotated[Count, Field(description="tokens the verifier generated for its answer")]

@@ -21,7 +21,7 @@ def test_eval_json_contract(smol_eval):
     out, tmp_path = smol_eval.out, smol_eval.out_dir
     res = json.loads(out)
     assert set(res) >= {"methods", "config"}
-    assert list(res["methods"]) == SMOL_EVAL_METHODS  # the five compared methods and lossless, in the given order
+    assert list(res["methods"]) == SMOL_EVAL_METHODS  # the five compared methods, lossless and auto, in order
     for name in res["methods"]:
         m = res["methods"][name]
         assert m["n"] == 2 and 0.0 <= m["accuracy"] <= 1.0
@@ -51,6 +51,10 @@ def test_eval_json_contract(smol_eval):
     assert len(predictions) == 2 * len(SMOL_EVAL_METHODS)
     assert all(1 <= len(p["drafts"]) <= 2 for p in predictions if p["method"] == "speculative")
     assert res["config"]["early_fallback"] is True
+    router = res["methods"]["auto"]["router"]  # the router's paths, predictions and its predictor's calibration
+    assert router["n"] == 2 and sum(router["paths"].values()) == 2 and router["predicted_s_mean"] > 0
+    assert set(router["calibration"]) == {"accept", "accept_right", "accept_standard_right"}
+    assert all(p["route"]["path"] in ("exact", "cascade") for p in predictions if p["method"] == "auto")
     for p in predictions:  # the passes eval ran after each speculative answer: never one the answer ran
         if p["method"] == "speculative":
             assert not set(p["stages_s"]) & set(p["scored_after_answer"])

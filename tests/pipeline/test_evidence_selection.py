@@ -152,7 +152,7 @@ def test_speculative_with_evidence_selection_and_the_cascade_fallback(verifier):
         verifier_prompt="chat" if chat else "plain",
     )
     rag = SpecRAG(model, model, subsets=subsets, config=cfg)
-    res = rag.answer("Which city?", docs=DOCS)
+    res = rag.answer("Which city?", docs=DOCS, method="speculative")
     assert "evidence_verification_s" in res.trace and "verification_s" not in res.trace
     assert res.trace["selection"] == "evidence+agg" and res.trace["path"] == "verified_draft"
     assert res.trace["confidence"] == pytest.approx(
@@ -161,7 +161,7 @@ def test_speculative_with_evidence_selection_and_the_cascade_fallback(verifier):
         )
     )
     cfg.tau_min = 1.0  # no draft can clear it: the answer is standard RAG's, decoded through the lossless path
-    fb = rag.answer("Which city?", docs=DOCS)
+    fb = rag.answer("Which city?", docs=DOCS, method="speculative")
     std = rag.answer("Which city?", docs=DOCS, method="standard")
     assert fb.trace["path"] == "fallback" and fb.answer == std.answer and "speculation" in fb.trace
 
@@ -205,9 +205,11 @@ def test_early_fallback_skips_verification_and_keeps_the_answer(verifier, tau_mi
     subsets = lambda q, docs, k, m, s: ([[0, 1], [1, 2], [2, 0]], {})  # noqa: E731
     kw = dict(m=3, max_draft_tokens=6, max_answer_tokens=4, selection="evidence", tau_min=tau_min)
     kw["verifier_prompt"] = "chat" if chat else "plain"
-    early = SpecRAG(model, model, subsets=subsets, config=RAGConfig(**kw)).answer("Which city?", docs=DOCS)
+    early = SpecRAG(model, model, subsets=subsets, config=RAGConfig(**kw)).answer(
+        "Which city?", docs=DOCS, method="speculative"
+    )
     full = SpecRAG(model, model, subsets=subsets, config=RAGConfig(**kw, early_fallback=False))
-    slow = full.answer("Which city?", docs=DOCS)
+    slow = full.answer("Which city?", docs=DOCS, method="speculative")
     assert (early.answer, early.trace["path"]) == (slow.answer, slow.trace["path"])
     assert "confidence_bound" not in slow.trace and "evidence_verification_s" in slow.trace
     skipped = certain_fallback(early.drafts, "evidence", tau_min)

@@ -115,9 +115,11 @@ def test_pipeline_without_a_grounded_draft_falls_back_before_verifying():
     model = tiny_text_model("tiny:qwen2")
     subsets = lambda q, docs, k, m, s: ([[0, 1], [1, 2], [2, 0]], {})  # noqa: E731
     kw = dict(m=3, max_draft_tokens=6, max_answer_tokens=4, selection="rho+ground", tau_min=0.1)
-    early = SpecRAG(model, model, subsets=subsets, config=RAGConfig(**kw)).answer("Which city?", docs=DOCS)
+    early = SpecRAG(model, model, subsets=subsets, config=RAGConfig(**kw)).answer(
+        "Which city?", docs=DOCS, method="speculative"
+    )
     slow = SpecRAG(model, model, subsets=subsets, config=RAGConfig(**kw, early_fallback=False))
-    full = slow.answer("Which city?", docs=DOCS)
+    full = slow.answer("Which city?", docs=DOCS, method="speculative")
     for d in early.drafts:
         ids = set(d.doc_ids)
         assert d.grounded == (d.parsed and occurs_in_passages(d.answer, [x for x in DOCS if x["id"] in ids]))

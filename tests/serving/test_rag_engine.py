@@ -24,7 +24,7 @@ def test_concurrent_rag_equals_one_at_a_time_and_direct_pipeline(make_service, r
         n_docs=4, m=3, k=2, max_draft_tokens=10, max_answer_tokens=5, max_doc_tokens=40, consensus=False
     )
     direct = SpecRAG(*rag_models, subsets=rag_resources[0], config=dataclasses.replace(rag_cfg))
-    want = [_key(direct.answer(q, DOCS)) for q in QUESTIONS[:1]]  # no engine: the plain pipeline
+    want = [_key(direct.answer(q, DOCS, "speculative")) for q in QUESTIONS[:1]]  # no engine: the plain pipeline
     svc = make_service(rag=rag_cfg).start()
     alone = [_key(svc.rag(q, DOCS, "speculative", RequestContext())) for q in QUESTIONS]
     assert alone[:1] == want
