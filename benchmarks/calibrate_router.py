@@ -36,7 +36,13 @@ from specrag_jax.pipeline.evaluation import load_questions
 from specrag_jax.pipeline.factory import DEFAULT_DRAFTER
 from specrag_jax.pipeline.holdout import split_rows
 from specrag_jax.pipeline.rag_config import RAGConfig
-from specrag_jax.pipeline.route_predictor import TARGETS, AcceptancePredictor, calibration, route_features
+from specrag_jax.pipeline.route_predictor import (
+    TARGETS,
+    AcceptancePredictor,
+    calibration,
+    loo_log_loss,
+    route_features,
+)
 from specrag_jax.pipeline.router import STAGES, RouterCalibration, Workload
 from specrag_jax.retrieval import docs_from_context
 
@@ -118,7 +124,12 @@ def main() -> int:
     ap.add_argument("--ngram", default=str(RESULTS_DIR / "speculative_qwen.json"))
     ap.add_argument("--check", default=str(RESULTS_DIR / "eval_heldout30_stop55" / "predictions.jsonl"))
     ap.add_argument("--split", default="train", help="the split the predictor is fitted on")
-    ap.add_argument("--l2", type=float, default=4.0, help="L2 penalty of the logistic fits (standardised features)")
+    ap.add_argument(
+        "--l2",
+        default="0.25,1,4,16,64,256,10000",
+        help="L2 penalties of the logistic fits (standardised features); each target takes the one with the least "
+        "leave-one-out log loss on the fit split",
+    )
     ap.add_argument("--out", default="specrag_jax/pipeline/router_calibration.json")
     ap.add_argument("--report", default=str(RESULTS_DIR / "router_calibration.json"))
     args = ap.parse_args()
@@ -131,7 +142,10 @@ def main() -> int:
     seen = outcomes(Path(args.predictions))
     train = sorted(q for q in fit_ids if q in seen)
     labels = {t: [seen[q][t] for q in train] for t in TARGETS}
-    predictor = AcceptancePredictor.fit([feats[q] for q in train], labels, args.l2)
+    grid = [float(v) for v in args.l2.split(",")]
+    loo = {t: {str(g): loo_log_loss([feats[q] for q in train], labels[t], g) for g in grid} for t in TARGETS}
+    l2 = {t: min(grid, key=lambda g: loo[t][str(g)]) for t in TARGETS}
+    predictor = AcceptancePredictor.fit([feats[q] for q in train], labels, l2)
     w, counts = workload(Path(args.predictions), Path(args.results), Path(args.ngram), set(train))
     header = run_header()
     source = {
@@ -143,11 +157,12 @@ def main() -> int:
         "predictions": args.predictions,
         "roofline": args.roofline,
         "ngram": args.ngram,
-        "l2": args.l2,
+        "l2": l2,
     }
     calib = RouterCalibration(predictor, w, stage_ratios(Path(args.roofline)), source)
     report = {**header, "fit": source, "workload": calib.to_dict()["workload"], "counts": counts}
     report["positives"] = {t: int(sum(labels[t])) for t in TARGETS}
+    report["loo_log_loss"] = loo
     checks = {"train (in sample)": (train, seen)}
     held_seen = outcomes(Path(args.check))
     checks["heldout"] = (sorted(q for q in held_ids if q in held_seen), held_seen)

@@ -134,7 +134,7 @@ def build_specrag(
     rag = SpecRAG(
         drafter_model,
         verifier_model,
-        subsets=subset_sampler(config.clustering, drafter_model),
+        subsets=subset_sampler(config.clustering, drafter_model, config.subsets),
         search=lexical_search(index),
         config=config,
         reranker=scorer,

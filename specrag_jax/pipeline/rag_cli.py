@@ -66,6 +66,13 @@ def add_rag_options(p: argparse.ArgumentParser) -> None:
         "conditioned embeddings, a forward pass) or lexical (hashed TF-IDF of their words, no model pass)",
     )
     p.add_argument(
+        "--subsets",
+        default="sample",
+        choices=["sample", "cover"],
+        help="how drafts get their passages: sample (one passage per cluster per draft, the paper's) or cover (the "
+        "drafts' passages together hold every retrieved passage, each draft mixing the clusters)",
+    )
+    p.add_argument(
         "--consensus",
         dest="consensus",
         action="store_true",
@@ -177,6 +184,7 @@ def rag_config_from_args(args: argparse.Namespace):
         consensus=args.consensus,
         early_fallback=args.early_fallback,
         clustering=args.clustering,
+        subsets=args.subsets,
         seed=args.seed,
         verifier_prompt=args.verifier_prompt,
         proposer=args.proposer,

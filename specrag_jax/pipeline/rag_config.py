@@ -6,7 +6,7 @@ import dataclasses
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.speculative.tree import default_tree_budget
-from specrag_jax.pipeline.clustering import check_clustering
+from specrag_jax.pipeline.clustering import check_clustering, check_subsets
 from specrag_jax.pipeline.lossless import check_lossless
 from specrag_jax.pipeline.progressive import check_progressive
 from specrag_jax.pipeline.reranking import check_rerank
@@ -51,6 +51,7 @@ class RAGConfig:
     rerank_patience: int = 2  # stop once the fine top-n_docs set is unchanged this many groups (math.inf: never)
     progressive_prefill: int = 0  # N > 0: prefill once the top set is stable N groups (pipeline/progressive.py)
     clustering: str = DEFAULT_CLUSTERING  # "drafter" | "lexical": the vectors k-means groups (pipeline/clustering.py)
+    subsets: str = "sample"  # "sample" (one passage per cluster per draft) | "cover" (the drafts hold every passage)
     # the router (method "auto", pipeline/router.py): the cascade's largest expected accuracy loss against standard
     # RAG it accepts, and how much faster than the exact path it must be expected to be (a fraction)
     router_max_loss: float = 0.0
@@ -68,6 +69,7 @@ class RAGConfig:
         check_prompt_form(self.verifier_prompt)
         check_selection(self.selection)
         check_clustering(self.clustering)
+        check_subsets(self.subsets)
         check_lossless(self.proposer, self.tree_budget)
         check_rerank(self.rerank, self.reranker, self.n_coarse, self.rerank_group, self.rerank_patience)
         check_progressive(self.progressive_prefill, self.rerank, self.rerank_patience)

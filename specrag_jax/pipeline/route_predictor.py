@@ -92,15 +92,24 @@ class AcceptancePredictor:
     scale: tuple[float, ...]
     coef: Mapping[str, tuple[float, ...]]
     intercept: Mapping[str, float]
+    low: tuple[float, ...]  # each feature's training range: a question outside it (more passages than any training
+    high: tuple[float, ...]  # question had) is predicted at the range's edge, never extrapolated
 
     def predict(self, features: Mapping[str, float]) -> dict[str, float]:
         """Each target's probability for one question's ``route_features``."""
-        z = (np.array([features[f] for f in FEATURES]) - np.array(self.mean)) / np.array(self.scale)
+        x = np.clip([features[f] for f in FEATURES], self.low, self.high)
+        z = (x - np.array(self.mean)) / np.array(self.scale)
         return {t: float(_sigmoid(z @ np.array(self.coef[t]) + self.intercept[t])) for t in TARGETS}
 
     @classmethod
-    def fit(cls, rows: Sequence[Mapping[str, float]], labels: Mapping[str, Sequence[bool]], l2: float = 1.0):
-        """Fit every target on the same questions' features (``labels[target][i]`` is question i's outcome)."""
+    def fit(
+        cls,
+        rows: Sequence[Mapping[str, float]],
+        labels: Mapping[str, Sequence[bool]],
+        l2: float | Mapping[str, float] = 1.0,
+    ):
+        """Fit every target on the same questions' features (``labels[target][i]`` is question i's outcome), with
+        one L2 penalty or one per target."""
         missing = [t for t in TARGETS if t not in labels]
         if missing:
             raise SpecRagError(f"labels for {missing[0]!r} are missing (need {', '.join(TARGETS)})")
@@ -110,9 +119,10 @@ class AcceptancePredictor:
         z = (x - mean) / scale
         coef, intercept = {}, {}
         for t in TARGETS:
-            c, b = fit_logistic(z, np.asarray(labels[t], np.float64), l2)
+            c, b = fit_logistic(z, np.asarray(labels[t], np.float64), l2 if isinstance(l2, (int, float)) else l2[t])
             coef[t], intercept[t] = tuple(float(v) for v in c), b
-        return cls(tuple(float(v) for v in mean), tuple(float(v) for v in scale), coef, intercept)
+        floats = lambda v: tuple(float(a) for a in v)  # noqa: E731
+        return cls(floats(mean), floats(scale), coef, intercept, floats(x.min(axis=0)), floats(x.max(axis=0)))
 
     def to_dict(self) -> dict:
         return {
@@ -121,6 +131,8 @@ class AcceptancePredictor:
             "scale": list(self.scale),
             "coef": {t: list(v) for t, v in self.coef.items()},
             "intercept": dict(self.intercept),
+            "low": list(self.low),
+            "high": list(self.high),
         }
 
     @classmethod
@@ -132,7 +144,26 @@ class AcceptancePredictor:
             tuple(d["scale"]),
             {t: tuple(d["coef"][t]) for t in TARGETS},
             {t: float(d["intercept"][t]) for t in TARGETS},
+            tuple(d["low"]),
+            tuple(d["high"]),
         )
+
+
+def loo_log_loss(rows: Sequence[Mapping[str, float]], labels: Sequence[bool], l2: float) -> float:
+    """Leave-one-out log loss of one target's fit at penalty ``l2``: how it predicts questions it did not see
+    (standardised on the other questions, as ``AcceptancePredictor.fit`` does)."""
+    x = np.array([[r[f] for f in FEATURES] for r in rows], np.float64)
+    y = np.asarray(labels, np.float64)
+    losses = []
+    for i in range(len(x)):
+        keep = np.arange(len(x)) != i
+        mean, std = x[keep].mean(axis=0), x[keep].std(axis=0)
+        scale = np.where(std > 1e-12, std, 1.0)
+        coef, b = fit_logistic((x[keep] - mean) / scale, y[keep], l2)
+        z = (np.clip(x[i], x[keep].min(axis=0), x[keep].max(axis=0)) - mean) / scale
+        p = float(np.clip(_sigmoid(z @ coef + b), 1e-6, 1 - 1e-6))
+        losses.append(-math.log(p if y[i] else 1 - p))
+    return float(np.mean(losses))
 
 
 def calibration(predicted: Sequence[float], observed: Sequence[bool], bins: int = 3) -> dict:

@@ -169,6 +169,7 @@ class Route:
     peaks: Mapping
     reason: str
     decide_s: float = 0.0  # the decision's own time (counts, features, predictions)
+    counts: PromptCounts | None = None  # the prompt sizes it predicted from
 
     def to_dict(self) -> dict:
         return {
@@ -182,6 +183,7 @@ class Route:
             "peaks": dict(self.peaks),
             "reason": self.reason,
             "decide_s": _sig(self.decide_s),
+            **({"counts": dataclasses.asdict(self.counts)} if self.counts is not None else {}),
         }
 
 
@@ -285,4 +287,33 @@ def decide(
         platform=platform,
         peaks=peaks.to_dict(),
     )
-    return dataclasses.replace(route, decide_s=time.perf_counter() - t)
+    return dataclasses.replace(route, decide_s=time.perf_counter() - t, counts=counts)
+
+
+def route_on(
+    route: Mapping,
+    drafter: ModelCost,
+    verifier: ModelCost,
+    peaks: MachinePeaks,
+    platform: str,
+    calibration: RouterCalibration | None = None,
+    *,
+    max_loss: float = 0.0,
+    margin: float = 0.0,
+) -> Route:
+    """The decision the same question (a trace's ``route`` with its ``counts``) would get on another platform:
+    the same prompt sizes and acceptance, that platform's peaks and stage ratios (a prediction, no model pass)."""
+    calibration = calibration or load_calibration()
+    counts = PromptCounts(**route["counts"])
+    stages = predict_stages(counts, drafter, verifier, peaks, calibration.ratios(platform), calibration.workload)
+    verify_rate = calibration.workload.verify_rate
+    found = choose(
+        stages,
+        route["acceptance"],
+        verify_rate,
+        max_loss=max_loss,
+        margin=margin,
+        platform=platform,
+        peaks=peaks.to_dict(),
+    )
+    return dataclasses.replace(found, counts=counts)

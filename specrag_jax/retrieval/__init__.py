@@ -11,7 +11,7 @@ from specrag_jax.retrieval.dense import DenseIndex
 from specrag_jax.retrieval.embedding import Embedder, hidden_states, l2_normalize
 from specrag_jax.retrieval.kmeans import KMeansResult, kmeans
 from specrag_jax.retrieval.lexical import LexicalIndex
-from specrag_jax.retrieval.subsets import SubsetSample, sample_subsets
+from specrag_jax.retrieval.subsets import SubsetSample, cover_subsets, sample_subsets
 
 __all__ = [
     "DenseIndex",
@@ -28,4 +28,5 @@ __all__ = [
     "l2_normalize",
     "load_corpus",
     "sample_subsets",
+    "cover_subsets",
 ]

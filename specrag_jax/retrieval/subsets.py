@@ -79,3 +79,30 @@ def sample_subsets(labels: Sequence[int] | np.ndarray, m: int, *, seed: int = 0)
             seen.add(subset)
             subsets.append(subset)
     return SubsetSample(subsets, m, total)
+
+
+def cover_subsets(labels: Sequence[int] | np.ndarray, m: int, k: int) -> SubsetSample:
+    """Up to ``m`` unique subsets that together hold every document, each of ``max(k, ceil(n / m))`` documents.
+
+    The documents are ordered by dealing the clusters round-robin (each cluster's documents in index order, i.e.
+    retrieval rank), then subset ``i`` takes the next window of that order (wrapping around), so every subset
+    mixes clusters as the sampled subsets do and every document is read by some draft. Deterministic; windows
+    that repeat a subset (fewer documents than ``m * k``) count once, and the note says so."""
+    labels = np.asarray(labels)
+    if m < 1 or k < 1:
+        raise SpecRagError(f"covering subsets need m >= 1 and k >= 1 (got m={m}, k={k})")
+    if labels.ndim != 1 or labels.size == 0:
+        raise SpecRagError("subset sampling needs a non-empty list of cluster labels")
+    clusters = [list(np.flatnonzero(labels == c)) for c in np.unique(labels)]
+    order = [int(c[i]) for i in range(max(map(len, clusters))) for c in clusters if i < len(c)]
+    n = len(order)
+    size = min(max(k, math.ceil(n / m)), n)
+    subsets: list[tuple[int, ...]] = []
+    for i in range(m):
+        subset = tuple(sorted({order[(i * size + t) % n] for t in range(size)}))
+        if subset not in subsets:
+            subsets.append(subset)
+    note = None
+    if len(subsets) < m:
+        note = f"only {len(subsets)} distinct covering subsets of {size} of {n} documents; returning them for {m}"
+    return SubsetSample(subsets, m, len(subsets), note)

@@ -190,7 +190,7 @@ def build_service(args: argparse.Namespace):
     return Service(
         drafter,
         verifier,
-        subsets=subset_sampler(rag.clustering, drafter),
+        subsets=subset_sampler(rag.clustering, drafter, rag.subsets),
         search=lexical_search(LexicalIndex.build(docs)),
         config=config,
         reranker=_reranker_factory(args, rag, placements.drafter),

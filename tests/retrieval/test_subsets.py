@@ -1,4 +1,5 @@
-"""Subset sampling (Algorithm 1): unique subsets, one document per cluster, seeded, exhaustion reported."""
+"""Subset sampling (Algorithm 1): unique subsets, one document per cluster, seeded, exhaustion reported; covering
+subsets: together every document."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.retrieval import sample_subsets
+from specrag_jax.retrieval import cover_subsets, sample_subsets
 
 
 def check_one_per_cluster(subsets, labels):
@@ -53,3 +56,27 @@ def test_out_of_range():
         sample_subsets([0, 1], 0)
     with pytest.raises(SpecRagError, match="non-empty"):
         sample_subsets([], 3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=60), st.integers(1, 12), st.integers(1, 6))
+def test_cover_subsets_hold_every_document(labels, m, k):
+    """Random and adversarial labels (one cluster, all singletons, fewer documents than m * k)."""
+    sample = cover_subsets(labels, m, k)
+    n = len(labels)
+    size = min(max(k, -(-n // m)), n)
+    assert set().union(*map(set, sample.subsets)) == set(range(n))  # every document is read by some draft
+    assert len(set(sample.subsets)) == len(sample.subsets) <= m
+    assert all(len(s) == size and list(s) == sorted(s) for s in sample.subsets)
+    assert (sample.note is not None) == (len(sample.subsets) < m)
+    assert cover_subsets(labels, m, k) == sample  # deterministic
+
+
+def test_cover_subsets_mix_the_clusters():
+    labels = [0] * 20 + [1] * 20  # two clusters of 20 (40 passages), five drafts of eight
+    sample = cover_subsets(labels, 5, 2)
+    assert len(sample.subsets) == 5 and all(len(s) == 8 for s in sample.subsets)
+    assert all(sum(i < 20 for i in s) == 4 for s in sample.subsets)  # half from each cluster
+    assert cover_subsets([0] * 10, 5, 2).subsets == [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
+    with pytest.raises(SpecRagError):
+        cover_subsets([0, 1], 0, 2)

