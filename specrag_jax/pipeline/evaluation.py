@@ -17,6 +17,7 @@ from specrag_jax.compile_time import background_stats
 from specrag_jax.errors import SpecRagError
 from specrag_jax.host_memory import release_free_heap, status_mib
 from specrag_jax.machine_peaks import peaks_once
+from specrag_jax.models.deferred_model import ensure_loaded
 from specrag_jax.models.executor.step_export import held_programs
 from specrag_jax.pipeline.closed_set import from_row
 from specrag_jax.pipeline.concurrent_answers import answer_rows
@@ -137,6 +138,8 @@ def evaluate(
         }
         for m in methods
     }
+    if set(methods) - {"standard", "closed_book"}:
+        ensure_loaded(rag.drafter)  # a drafter deferred until its first use: loaded now, not in a question's latency
     costs = (model_cost(rag.drafter), model_cost(rag.verifier))  # the roofline's per-model constants, once
     predictions = []
     verified: list[tuple[list[Draft], dict]] = []  # the speculative drafts and their question row

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from specrag_jax.adapters import default_adapter
 from specrag_jax.models.config import ModelConfig
+from specrag_jax.models.deferred_model import DeferredTextModel
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.clustering import subset_sampler
 from specrag_jax.pipeline.reranking import Scorer
@@ -74,6 +76,7 @@ def build_specrag(
     kv_dir: str | os.PathLike | None = None,
     drafter_transform: Callable[[ModelConfig, dict], dict] | None = None,
     drafter_adapter: str | None = None,
+    defer_drafter: bool = True,
 ) -> SpecRAG:
     """Load both models, a BM25 index over ``corpus`` (a path or documents; None: the built-in corpus) and, when
     ``config.rerank`` is not "none", the reranker (on the drafter unless ``config.reranker`` names a model).
@@ -86,7 +89,8 @@ def build_specrag(
     drafter's default (``adapters.DEFAULT_ADAPTERS``: the tuned ``smollm2-rag-drafter`` for SmolLM2-135M-Instruct;
     ``SpecRAG.drafter_adapter`` records which). A reranker
     on the drafter or verifier shares its page pool, which gets ``reranker_pages`` more pages for the reranker's
-    cached documents."""
+    cached documents. ``defer_drafter``: the drafter loads on first use (a ``DeferredTextModel``; the router's exact
+    path never loads it) unless it reranks or embeds for clustering, which need it at once."""
     config = config or RAGConfig()
     config.check()
     adapter = None if drafter_transform is not None else default_adapter(drafter, drafter_adapter)
@@ -97,26 +101,34 @@ def build_specrag(
         r: pool_pages(b, max_seq_len, extra) if role == r else None
         for r, b in (("drafter", max(config.m, 1)), ("verifier", 2))
     }
-    # The two models load on two threads: a first run assembles and converts the verifier while the drafter
-    # converts and merges its adapter; later runs overlap the adapter merge and both tokenizers.
-    with ThreadPoolExecutor(2, thread_name_prefix="specrag-load") as pool:
-        verifier_future = pool.submit(
-            TextModel.load,
-            verifier,
-            max_seq_len=max_seq_len,
-            max_batch=2,
-            num_pages=pages["verifier"],
-            placement=verifier_placement,
-        )
-        drafter_model = TextModel.load(
-            drafter,
-            max_seq_len=max_seq_len,
-            max_batch=max(config.m, 1),
-            num_pages=pages["drafter"],
-            placement=drafter_placement,
-            transform_params=drafter_transform,
-        )
-        verifier_model = verifier_future.result()
+    load_drafter = functools.partial(
+        TextModel.load,
+        drafter,
+        max_seq_len=max_seq_len,
+        max_batch=max(config.m, 1),
+        num_pages=pages["drafter"],
+        placement=drafter_placement,
+        transform_params=drafter_transform,
+    )
+    load_verifier = functools.partial(
+        TextModel.load,
+        verifier,
+        max_seq_len=max_seq_len,
+        max_batch=2,
+        num_pages=pages["verifier"],
+        placement=verifier_placement,
+    )
+    if defer_drafter and role != "drafter" and config.clustering != "drafter":
+        # loaded on first use: the router's exact path never drafts (its name, tokenizer and config are read now)
+        drafter_model: TextModel | DeferredTextModel = DeferredTextModel(drafter, load_drafter)
+        verifier_model = load_verifier()
+    else:
+        # The two models load on two threads: a first run assembles and converts the verifier while the drafter
+        # converts and merges its adapter; later runs overlap the adapter merge and both tokenizers.
+        with ThreadPoolExecutor(2, thread_name_prefix="specrag-load") as pool:
+            verifier_future = pool.submit(load_verifier)
+            drafter_model = load_drafter()
+            verifier_model = verifier_future.result()
     if corpus is None or isinstance(corpus, (str, os.PathLike)):
         docs = default_corpus() if corpus is None else load_corpus(corpus)
     else:

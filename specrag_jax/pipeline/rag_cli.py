@@ -145,8 +145,11 @@ def build_rag(args: argparse.Namespace, corpus, config):
             drafter_placement=placements.drafter,
             verifier_placement=placements.verifier,
         )
+        drafter = (
+            "loads on first use" if getattr(rag.drafter, "loaded", True) is False else f"{rag.drafter.load_s:.1f} s"
+        )
         detail.append(
-            f"drafter {args.drafter} {getattr(rag.drafter, 'load_s', 0.0):.1f} s, verifier "
+            f"drafter {args.drafter} {drafter}, verifier "
             f"{args.verifier} {getattr(rag.verifier, 'load_s', 0.0):.1f} s, BM25 index over "
             f"{args.corpus or 'the built-in corpus'}; in all"
         )

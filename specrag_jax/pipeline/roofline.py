@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 import jax
 
 from specrag_jax.machine_peaks import DEVICE_PEAKS, MachinePeaks, device_peaks, peaks_once
+from specrag_jax.models.deferred_model import DeferredTextModel
 from specrag_jax.models.executor.cost import Cost, ModelCost, causal_pairs, decode_cost, prefill_cost, tree_cost
 from specrag_jax.models.generation import DEFAULT_MAX_PREFILL_TOKENS
 
@@ -209,7 +210,10 @@ def predicted_bound_s(row: Mapping, peaks: MachinePeaks) -> float:
 
 
 def model_cost(model: Any) -> ModelCost:
-    """The ModelCost of a loaded TextModel (its runner's config and the bytes of its loaded weights)."""
+    """The ModelCost of a loaded TextModel (its runner's config and the bytes of its loaded weights); of a
+    ``DeferredTextModel`` not loaded yet, from its config (nothing is loaded for it)."""
+    if isinstance(model, DeferredTextModel) and not model.loaded:
+        return model.cost()
     runner = model.runner
     weights = sum(x.nbytes for x in jax.tree_util.tree_leaves(runner.params))
     return ModelCost.of(runner.cfg, weights, kv_itemsize=jax.numpy.dtype(runner.dtype).itemsize)

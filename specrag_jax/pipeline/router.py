@@ -251,6 +251,30 @@ def prompt_counts(
     return PromptCounts(len(prompt), len(prefix), len(evidence) * share, len(v_prefix), m)
 
 
+def route_counts(
+    counts: PromptCounts,
+    acceptance: Mapping[str, float],
+    drafter: ModelCost,
+    verifier: ModelCost,
+    peaks: MachinePeaks,
+    platform: str,
+    calibration: RouterCalibration | None = None,
+    *,
+    max_loss: float = 0.0,
+    margin: float = 0.0,
+) -> Route:
+    """The decision for these prompt sizes and acceptance on a platform of these peaks (no model pass: a trace's
+    ``route`` re-decided for another platform is ``route_counts(PromptCounts(**r["counts"]), r["acceptance"], ...)``,
+    ``route_on``)."""
+    calibration = calibration or load_calibration()
+    stages = predict_stages(counts, drafter, verifier, peaks, calibration.ratios(platform), calibration.workload)
+    verify_rate = calibration.workload.verify_rate
+    found = choose(
+        stages, acceptance, verify_rate, max_loss=max_loss, margin=margin, platform=platform, peaks=peaks.to_dict()
+    )
+    return dataclasses.replace(found, counts=counts)
+
+
 def decide(
     drafter: TextModel,
     verifier: TextModel,
@@ -271,49 +295,18 @@ def decide(
     ``platform`` default to the running platform's (a GPU's or TPU's published peaks decide there)."""
     t = time.perf_counter()
     calibration = calibration or load_calibration()
-    platform = platform or platform_name()
-    peaks = peaks or platform_peaks()
     counts = prompt_counts(drafter, verifier, question, docs, m=m, k=k, chat=chat, closed=closed)
-    stages = predict_stages(
-        counts, model_cost(drafter), model_cost(verifier), peaks, calibration.ratios(platform), calibration.workload
-    )
     acceptance = calibration.predictor.predict(route_features(question, docs))
-    route = choose(
-        stages,
-        acceptance,
-        calibration.workload.verify_rate,
-        max_loss=max_loss,
-        margin=margin,
-        platform=platform,
-        peaks=peaks.to_dict(),
-    )
-    return dataclasses.replace(route, decide_s=time.perf_counter() - t, counts=counts)
+    costs = (model_cost(drafter), model_cost(verifier))
+    peaks, platform = peaks or platform_peaks(), platform or platform_name()
+    route = route_counts(counts, acceptance, *costs, peaks, platform, calibration, max_loss=max_loss, margin=margin)
+    return dataclasses.replace(route, decide_s=time.perf_counter() - t)
 
 
 def route_on(
-    route: Mapping,
-    drafter: ModelCost,
-    verifier: ModelCost,
-    peaks: MachinePeaks,
-    platform: str,
-    calibration: RouterCalibration | None = None,
-    *,
-    max_loss: float = 0.0,
-    margin: float = 0.0,
+    route: Mapping, drafter: ModelCost, verifier: ModelCost, peaks: MachinePeaks, platform: str, **options
 ) -> Route:
     """The decision the same question (a trace's ``route`` with its ``counts``) would get on another platform:
     the same prompt sizes and acceptance, that platform's peaks and stage ratios (a prediction, no model pass)."""
-    calibration = calibration or load_calibration()
     counts = PromptCounts(**route["counts"])
-    stages = predict_stages(counts, drafter, verifier, peaks, calibration.ratios(platform), calibration.workload)
-    verify_rate = calibration.workload.verify_rate
-    found = choose(
-        stages,
-        route["acceptance"],
-        verify_rate,
-        max_loss=max_loss,
-        margin=margin,
-        platform=platform,
-        peaks=peaks.to_dict(),
-    )
-    return dataclasses.replace(found, counts=counts)
+    return route_counts(counts, route["acceptance"], drafter, verifier, peaks, platform, **options)

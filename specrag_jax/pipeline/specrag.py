@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
 from specrag_jax.machine_peaks import platform_peaks
+from specrag_jax.models.deferred_model import ensure_loaded
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.closed_set import ClosedSet
@@ -190,11 +191,12 @@ class SpecRAG:
         return use_chat(self.config.verifier_prompt, getattr(self.verifier, "instruct", False))
 
     # ------------------------------------------------------------------ stages
-    def _report_answer(self, stage: str, trace: dict) -> None:
+    def _report_answer(self, stage: str, trace: dict, more: str = "") -> None:
         self.progress.end(
             stage,
             trace.get("generation_s", 0.0),
-            f"{trace.get('verifier_prefill_tokens', 0)} prompt + {trace.get('verifier_decode_tokens', 0)} new tokens",
+            f"{trace.get('verifier_prefill_tokens', 0)} prompt + {trace.get('verifier_decode_tokens', 0)} new tokens"
+            + more,
         )
 
     def _timed(self, fn: Callable[[dict, float], RAGAnswer], shared: dict, t0: float) -> RAGAnswer:
@@ -281,6 +283,9 @@ class SpecRAG:
 
     def _draft(self, question: str, docs: list[dict], trace: dict, closed: ClosedSet | None = None) -> list[Draft]:
         cfg = self.config
+        if load_s := ensure_loaded(self.drafter):  # a drafter deferred until its first use (factory.build_specrag)
+            trace["drafter_load_s"] = load_s
+            self.progress.note(f"drafter {self.drafter.name} loaded on first use: {load_s:.1f} s")
         t = time.perf_counter()
         self.progress.start("clustering")
         subsets, info = self._progressive.subsets(question, docs, cfg.k, cfg.m, cfg.seed)  # memoised subsets_fn
@@ -319,16 +324,30 @@ class SpecRAG:
         t0: float,
         closed: ClosedSet | None = None,
     ) -> RAGAnswer:
-        self.progress.start("lossless answer")
-        result = self._generate_answer(question, docs, "lossless", trace, t0, drafts=drafts, closed=closed)
+        result = self._speculated("lossless answer", question, docs, drafts, trace, t0, "lossless", closed)
         result.drafts = drafts
-        spec = trace["speculation"]
-        self.progress.end(
-            "lossless answer",
-            trace.get("generation_s", 0.0),
-            f"{trace.get('verifier_decode_tokens', 0)} new tokens in {spec['steps']} decode steps "
-            f"({spec['accepted_tokens_per_step']:.2f} per step)",
+        return result
+
+    def _speculated(
+        self,
+        stage: str,
+        question: str,
+        docs: list[dict],
+        drafts: list[Draft],
+        trace: dict,
+        t0: float,
+        method: str,
+        closed: ClosedSet | None = None,
+        proposer: str | None = None,
+    ) -> RAGAnswer:
+        """The verifier's standard answer through lossless decoding (proposals from ``drafts`` and n-grams, or
+        ``proposer``), reported as ``stage``."""
+        self.progress.start(stage)
+        result = self._generate_answer(
+            question, docs, method, trace, t0, drafts=drafts, closed=closed, proposer=proposer
         )
+        steps, per_step = trace["speculation"]["steps"], trace["speculation"]["accepted_tokens_per_step"]
+        self._report_answer(stage, trace, f" in {steps} decode steps ({per_step:.2f} per step)")
         return result
 
     def _route(self, question: str, docs: list[dict], closed: ClosedSet | None) -> Route:
@@ -354,18 +373,7 @@ class SpecRAG:
     ) -> RAGAnswer:
         """The router's exact path: standard RAG's answer through lossless decoding with n-gram proposals."""
         trace.update(route=route.to_dict(), path="exact")
-        self.progress.start("exact answer")
-        result = self._generate_answer(
-            question, docs, "auto", trace, t0, drafts=[], closed=closed, proposer=EXACT_PROPOSER
-        )
-        spec = trace["speculation"]
-        self.progress.end(
-            "exact answer",
-            trace.get("generation_s", 0.0),
-            f"{trace.get('verifier_prefill_tokens', 0)} prompt + {trace.get('verifier_decode_tokens', 0)} new tokens "
-            f"in {spec['steps']} decode steps ({spec['accepted_tokens_per_step']:.2f} per step)",
-        )
-        return result
+        return self._speculated("exact answer", question, docs, [], trace, t0, "auto", closed, EXACT_PROPOSER)
 
     def _cascade(
         self,

