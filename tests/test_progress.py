@@ -110,6 +110,8 @@ def test_ask_reports_stages_and_quiet_silences_them(capsys, tiny_cli):
     args = [
         "ask",
         "How do I leave a loop early?",
+        "--method",
+        "speculative",
         "--drafter",
         "tiny:llama",
         "--verifier",
@@ -154,6 +156,16 @@ def test_ask_reports_stages_and_quiet_silences_them(capsys, tiny_cli):
     out, err = _cli(capsys, *cascade)  # early fallback (the default): verification skipped unless both drafts agree
     skipped = "confidence_bound" in json.loads(out)["trace"]
     assert err.splitlines()[4].startswith("verification skipped: " if skipped else "evidence verification: "), err
+
+
+def test_ask_reports_the_route_it_took(capsys, tiny_cli):
+    """The default method (auto): the router's decision and reason, then the path's own stages."""
+    args = ["ask", "How do I leave a loop early?", "--drafter", "tiny:llama", "--verifier", "tiny:gemma3"]
+    out, err = _cli(capsys, *args, "--m", "2", "--n-docs", "4", "--json")
+    route = json.loads(out)["trace"]["route"]
+    lines = err.splitlines()
+    assert lines[2].startswith(f"route: {route['path']}: "), err
+    assert lines[3].startswith("exact answer: " if route["path"] == "exact" else "clustering: "), err
 
 
 def test_generate_reports_stages_and_quiet_silences_them(capsys, tiny_cli):

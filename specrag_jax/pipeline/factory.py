@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from specrag_jax.adapters import default_adapter
+from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.deferred_model import DeferredTextModel
 from specrag_jax.models.text_model import TextModel
@@ -65,6 +66,15 @@ def build_reranker(config: RAGConfig, model: TextModel, kv_dir=None) -> Scorer |
     )
 
 
+def deferrable(name: str, load: Callable[[], TextModel]) -> DeferredTextModel | None:
+    """A ``DeferredTextModel`` of ``name``, or None where its tokenizer and config cannot be read without loading it
+    (a model only its loader knows: it is then loaded at once, and a bad name fails there with its own error)."""
+    try:
+        return DeferredTextModel(name, load)
+    except SpecRagError:
+        return None
+
+
 def build_specrag(
     drafter: str = DEFAULT_DRAFTER,
     verifier: str = DEFAULT_VERIFIER,
@@ -118,9 +128,12 @@ def build_specrag(
         num_pages=pages["verifier"],
         placement=verifier_placement,
     )
+    deferred = None
     if defer_drafter and role != "drafter" and config.clustering != "drafter":
         # loaded on first use: the router's exact path never drafts (its name, tokenizer and config are read now)
-        drafter_model: TextModel | DeferredTextModel = DeferredTextModel(drafter, load_drafter)
+        deferred = deferrable(drafter, load_drafter)
+    if deferred is not None:
+        drafter_model: TextModel | DeferredTextModel = deferred
         verifier_model = load_verifier()
     else:
         # The two models load on two threads: a first run assembles and converts the verifier while the drafter
