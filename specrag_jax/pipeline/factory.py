@@ -18,7 +18,7 @@ from specrag_jax.pipeline.specrag import RAGConfig, SearchFn, SpecRAG
 from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.rerank.reranker import Reranker
 from specrag_jax.retrieval import LexicalIndex, default_corpus, load_corpus
-from specrag_jax.training.lora_merge import adapter_transform
+from specrag_jax.training.lora_merge import adapter_info, adapter_transform
 
 DEFAULT_DRAFTER = "smollm2-135m-instruct"
 DEFAULT_VERIFIER = "qwen2.5-coder-1.5b-instruct"
@@ -103,8 +103,11 @@ def build_specrag(
     path never loads it) unless it reranks or embeds for clustering, which need it at once."""
     config = config or RAGConfig()
     config.check()
-    adapter = None if drafter_transform is not None else default_adapter(drafter, drafter_adapter)
+    custom = drafter_transform is not None
+    adapter = None if custom else default_adapter(drafter, drafter_adapter)
     drafter_transform = drafter_transform or adapter_transform(drafter, adapter)  # checks the name before loading
+    # an adapter made for another model is refused when it is merged (its weights' fingerprint), so a drafter whose
+    # adapter names another base, or whose weights go through a caller's transform, loads now: errors at build
     role = reranker_role(config, drafter, verifier) if config.rerank != "none" else None
     extra = reranker_pages(config)  # a shared model's pool also holds the reranker's pages
     pages = {
@@ -129,7 +132,8 @@ def build_specrag(
         placement=verifier_placement,
     )
     deferred = None
-    if defer_drafter and role != "drafter" and config.clustering != "drafter":
+    checked = not custom and (adapter is None or adapter_info(adapter).get("base_model") == drafter)
+    if defer_drafter and checked and role != "drafter" and config.clustering != "drafter":
         # loaded on first use: the router's exact path never drafts (its name, tokenizer and config are read now)
         deferred = deferrable(drafter, load_drafter)
     if deferred is not None:

@@ -157,7 +157,8 @@ def test_api_key_busy_timeout_and_metrics(make_service):
         r = c.post("/v1/completions", json=body, headers=auth)
         assert r.status_code == 429 and r.headers["retry-after"] == "1"
         svc.leave()
-        r = c.post("/v1/rag", json={"question": "capital of France?", "documents": DOCS}, headers=auth)
+        slow = {"question": "capital of France?", "documents": DOCS, "method": "speculative"}  # drafts: over 0.05 s
+        r = c.post("/v1/rag", json=slow, headers=auth)
         assert r.status_code == 504, r.text
         assert c.get("/health").json()["status"] == "ok"
         metrics = c.get("/metrics").text

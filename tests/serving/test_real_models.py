@@ -48,11 +48,15 @@ def test_real_models_rag_endpoint(smol):
     )
     with TestClient(create_app(svc)) as c:
         r = c.post("/v1/rag", json={"question": "What is the capital of France?", "documents": DOCS[:3]})
+        assert r.status_code == 200, r.text  # the default method: the router decides
+        assert r.json()["method"] == "auto" and r.json()["trace"]["route"]["path"] in ("exact", "cascade")
+        cascade = {"question": "What is the capital of France?", "documents": DOCS[:3], "method": "speculative"}
+        r = c.post("/v1/rag", json=cascade)
         assert r.status_code == 200, r.text
         assert r.json()["trace"]["selection"] == DEFAULT_SELECTION
         r = c.post(
             "/v1/rag",
-            json={"question": "What is the capital of France?", "documents": DOCS[:3], "selection": "evidence"},
+            json={**cascade, "selection": "evidence"},
         )
         assert r.status_code == 200, r.text
         body = r.json()
@@ -60,12 +64,7 @@ def test_real_models_rag_endpoint(smol):
         assert set(body["citations"]) <= {d["id"] for d in DOCS}
         r = c.post(
             "/v1/rag",
-            json={
-                "question": "What is the capital of France?",
-                "documents": DOCS[:3],
-                "selection": "rho",
-                "tau_min": 0,
-            },
+            json={**cascade, "selection": "rho", "tau_min": 0},
         )
         assert r.status_code == 200 and r.json()["trace"]["verifier_tree_tokens"] > 0, r.text
         assert r.json()["trace"]["path"] == "verified_draft"

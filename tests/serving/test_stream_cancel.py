@@ -106,7 +106,7 @@ CASES = {
     ),
     "rag": (
         "/v1/rag",
-        {"question": "What is the capital of France?", "documents": DOCS, "stream": True},
+        {"question": "What is the capital of France?", "documents": DOCS, "stream": True, "method": "speculative"},
         lambda e: json.loads(e).get("stage") == "drafter_generate",
         None,
     ),  # may stop before its engine work
