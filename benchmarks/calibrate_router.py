@@ -44,6 +44,7 @@ from specrag_jax.pipeline.route_predictor import (
     route_features,
 )
 from specrag_jax.pipeline.router import STAGES, RouterCalibration, Workload
+from specrag_jax.pipeline.router_report import cascade_outcome
 from specrag_jax.retrieval import docs_from_context
 
 
@@ -53,16 +54,13 @@ def outcomes(path: Path) -> dict[str, dict[str, bool]]:
     for line in path.read_text().splitlines():
         p = json.loads(line)
         by.setdefault(p["question_id"], {})[p["method"]] = p
-    out = {}
-    for qid, m in by.items():
-        if "speculative" in m and "standard" in m:
-            accepted = m["speculative"]["path"] != "fallback"
-            out[qid] = {
-                "accept": accepted,
-                "accept_right": accepted and bool(m["speculative"]["correct"]),
-                "accept_standard_right": accepted and bool(m["standard"]["correct"]),
-            }
-    return out
+    return {
+        qid: cascade_outcome(
+            m["speculative"]["path"], bool(m["speculative"]["correct"]), bool(m["standard"]["correct"])
+        )
+        for qid, m in by.items()
+        if "speculative" in m and "standard" in m
+    }
 
 
 def features(rows: list[dict], cfg: RAGConfig) -> dict[str, dict[str, float]]:
@@ -83,9 +81,9 @@ def workload(path: Path, results: Path, ngram: Path, ids: set[str]) -> tuple[Wor
     steps = sum(c["steps"] for c in fallback)
     drafts = [[d["draft_tokens"] for d in p["drafts"]] for p in spec if p["drafts"]]
     verified = [p for p in spec if "verification_s" in p["stages_s"]]
-    res = json.loads(results.read_text())["methods"]["speculative"]
-    n_all = json.loads(results.read_text())["methods"]["speculative"]["n"]
-    verified_all = round(n_all * len(verified) / max(len(spec), 1))  # results.json totals cover every question
+    everything = json.loads(results.read_text())
+    res, m = everything["methods"]["speculative"], int(everything["config"]["m"])
+    verified_all = round(res["n"] * len(verified) / max(len(spec), 1))  # results.json totals cover every question
     ng = json.loads(ngram.read_text())["answers_workload"]["answers"]["ngram@8"]["speculation"]
     w = Workload(
         answer_tokens=statistics.fmean(c["emitted"] for c in fallback),
@@ -95,7 +93,7 @@ def workload(path: Path, results: Path, ngram: Path, ids: set[str]) -> tuple[Wor
         fallback_proposed_per_step=sum(c["proposed"] for c in fallback) / steps,
         draft_tokens=statistics.fmean(t for ds in drafts for t in ds),
         draft_steps=statistics.fmean(max(ds) for ds in drafts),
-        verify_tokens_per_draft=res["tokens"]["verifier_tree_tokens"] / max(verified_all * 5, 1),
+        verify_tokens_per_draft=res["tokens"]["verifier_tree_tokens"] / max(verified_all * m, 1),
         verify_rate=len(verified) / len(spec),
     )
     counts = {"questions": len(spec), "fallback_answers": len(fallback), "verified": len(verified)}

@@ -35,7 +35,7 @@ from specrag_jax.pipeline.factory import build_specrag
 from specrag_jax.pipeline.holdout import split_rows
 from specrag_jax.pipeline.rag_config import DEFAULT_CLUSTERING
 from specrag_jax.pipeline.roofline import model_cost
-from specrag_jax.pipeline.router import route_on
+from specrag_jax.pipeline.router import ROUTE_PATHS, route_on
 from specrag_jax.pipeline.selection import SELECTIONS
 from specrag_jax.pipeline.specrag import RAGConfig
 from specrag_jax.retrieval.pooling import pool_passages
@@ -98,7 +98,7 @@ def auto_part(res: dict, standard_s: float, rag) -> dict:
     for name in DEVICE_PEAKS:
         found = [route_on(r, *costs, device_peaks(name), PLATFORM_OF[name]) for r in routes]
         platforms[name] = {
-            "paths": {p: sum(f.path == p for f in found) for p in ("exact", "cascade")},
+            "paths": {p: sum(f.path == p for f in found) for p in ROUTE_PATHS},
             "predicted_exact_ms": 1e3 * statistics.fmean(f.predicted_s["exact"] for f in found),
             "predicted_cascade_ms": 1e3 * statistics.fmean(f.predicted_s["cascade"] for f in found),
             "break_even_accept": statistics.fmean(f.break_even_accept for f in found),

@@ -48,7 +48,7 @@ def subsets_from_points(
     """k-means over ``points`` [docs, dim] -> m unique subsets (``mode`` sample: one document per cluster; cover:
     together every document) and the trace's info."""
     km = kmeans(points, k, seed=seed)
-    sample = sample_subsets(km.labels, m, seed=seed) if mode == "sample" else cover_subsets(km.labels, m, k)
+    sample = sample_subsets(km.labels, m, seed=seed) if mode == "sample" else cover_subsets(km.labels, m, km.k)
     info = {
         "clusters": int(km.k),
         "cluster_sizes": [int((km.labels == c).sum()) for c in range(km.k)],

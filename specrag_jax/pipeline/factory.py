@@ -71,7 +71,7 @@ def deferrable(name: str, load: Callable[[], TextModel]) -> DeferredTextModel | 
     (a model only its loader knows: it is then loaded at once, and a bad name fails there with its own error)."""
     try:
         return DeferredTextModel(name, load)
-    except SpecRagError:
+    except (SpecRagError, OSError, ValueError, KeyError):  # the eager load reports a bad file in its own words
         return None
 
 

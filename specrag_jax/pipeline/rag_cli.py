@@ -16,6 +16,7 @@ def add_quiet(p: argparse.ArgumentParser) -> None:
 
 def add_rag_options(p: argparse.ArgumentParser) -> None:
     """Models, retrieval, drafting, selection, cascade, lossless, rerank and mesh flags of ask and eval."""
+    from specrag_jax.pipeline.clustering import SUBSET_MODES
     from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
     from specrag_jax.pipeline.rag_config import (
         DEFAULT_CLUSTERING,
@@ -68,7 +69,7 @@ def add_rag_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--subsets",
         default="sample",
-        choices=["sample", "cover"],
+        choices=SUBSET_MODES,
         help="how drafts get their passages: sample (one passage per cluster per draft, the paper's) or cover (the "
         "drafts' passages together hold every retrieved passage, each draft mixing the clusters)",
     )

@@ -139,6 +139,9 @@ class AcceptancePredictor:
     def from_dict(cls, d: Mapping) -> "AcceptancePredictor":
         if list(d.get("features", [])) != list(FEATURES):
             raise SpecRagError(f"router calibration has features {d.get('features')}, this code reads {FEATURES}")
+        vectors = [d["mean"], d["scale"], d["low"], d["high"], *(d["coef"][t] for t in TARGETS)]
+        if any(len(v) != len(FEATURES) or not all(math.isfinite(float(x)) for x in v) for v in vectors):
+            raise SpecRagError(f"router calibration: every predictor vector needs {len(FEATURES)} finite numbers")
         return cls(
             tuple(d["mean"]),
             tuple(d["scale"]),

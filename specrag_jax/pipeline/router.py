@@ -82,14 +82,21 @@ class RouterCalibration:
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "RouterCalibration":
+        """Checked: every stage's ratio on every platform positive and finite, every workload figure too (the
+        predictor checks its own vectors)."""
         ratios = {k: {s: float(r) for s, r in v.items()} for k, v in d["stage_ratio"].items()}
         for platform, table in ratios.items():
             missing = [s for s in STAGES if s not in table]
             if missing:
                 raise SpecRagError(f"router calibration: stage_ratio[{platform!r}] lacks {missing[0]!r}")
+            if not all(math.isfinite(r) and r > 0 for r in table.values()):
+                raise SpecRagError(f"router calibration: stage_ratio[{platform!r}] must be positive numbers")
         if "default" not in ratios:
             raise SpecRagError("router calibration: stage_ratio needs a 'default' platform")
-        return cls(AcceptancePredictor.from_dict(d["predictor"]), Workload(**d["workload"]), ratios, d["source"])
+        workload = Workload(**{k: float(v) for k, v in d["workload"].items()})
+        if not all(math.isfinite(v) and v > 0 for v in dataclasses.astuple(workload)):
+            raise SpecRagError("router calibration: every workload figure must be a positive number")
+        return cls(AcceptancePredictor.from_dict(d["predictor"]), workload, ratios, d["source"])
 
 
 @functools.lru_cache(maxsize=4)
@@ -148,7 +155,7 @@ def predict_stages(
             counts.verifier_prefix,
             counts.verifier_prefix + round(w.verify_tokens_per_draft * m),
             m,
-            round(w.verify_tokens_per_draft * m),
+            round((w.draft_tokens + 1) * m),  # scored rows: each draft's tokens and its Yes/No row
         ).bound_s(*rate),
         "fallback": answer(w.fallback_tokens_per_step, w.fallback_proposed_per_step).bound_s(*rate),
     }
@@ -219,6 +226,9 @@ def choose(
         )
     elif faster:
         path, why = "exact", f"the cascade is faster but would change accuracy by {change:+.3f} (floor -{max_loss})"
+    elif cascade < stages["exact"]:
+        path = "exact"
+        why = f"expected cascade {cascade:.3g} s is within the margin {margin} of exact {stages['exact']:.3g} s"
     else:
         path = "exact"
         why = f"expected cascade {cascade:.3g} s >= exact {stages['exact']:.3g} s at P(accept) {p_accept:.2f}"

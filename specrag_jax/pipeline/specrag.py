@@ -153,24 +153,22 @@ class SpecRAG:
             out["lossless"] = self._timed(
                 lambda tr, t: self._lossless(question, docs, [], tr, t, closed_set), shared, t0
             )
-        route: Route | None = None
-        if "auto" in rest:  # the router decides before any drafting
-            route = self._route(question, docs, closed_set)
-            if route.path == "exact":
-                spent = route.decide_s + shared["retrieval_s"] + sum(shared.get(k, 0.0) for k in _AFTER_SEARCH)
-                out["auto"] = self._timed(
-                    lambda tr, t: self._exact(question, docs, route, tr, t, closed_set),
-                    shared,
-                    time.perf_counter() - spent,
-                )
+        before = shared["retrieval_s"] + sum(shared.get(k, 0.0) for k in _AFTER_SEARCH)  # the shared stages' time
+        route = self._route(question, docs, closed_set) if "auto" in rest else None  # decided before any drafting
+        if route is not None and route.path == "exact":
+            run_exact = lambda tr, t: self._exact(question, docs, route, tr, t, closed_set)  # noqa: E731
+            out["auto"] = self._timed(run_exact, shared, time.perf_counter() - before - route.decide_s)
         drafting = [m for m in rest if m != "standard" and m not in out]
         if drafting:
+            if load_s := ensure_loaded(self.drafter):  # deferred until now (factory): a one-time load, not latency
+                shared["drafter_load_s"] = load_s
+                self.progress.note(f"drafter {self.drafter.name} loaded on first use: {load_s:.1f} s")
             with CompileClock() as clock:
                 t = time.perf_counter()
                 drafts = self._draft(question, docs, shared, closed_set)
             shared["compile_s"] += clock.seconds
-            spent = time.perf_counter() - t + shared["retrieval_s"] + sum(shared.get(k, 0.0) for k in _AFTER_SEARCH)
-            shared["first_draft_token_s"] = t - t0 + shared["clustering_s"] + shared["drafter_first_token_s"]
+            spent = time.perf_counter() - t + before
+            shared["first_draft_token_s"] = before + shared["clustering_s"] + shared["drafter_first_token_s"]
             for m in drafting:
                 own = copy.deepcopy(drafts) if len(drafting) > 1 else drafts
                 if m == "lossless":
@@ -205,8 +203,9 @@ class SpecRAG:
         with CompileClock() as clock:
             result = fn(trace, t0)
         result.trace["compile_s"] = shared["compile_s"] + clock.seconds
-        if "route" in result.trace:  # the router's prediction beside what the path took (without compilation)
-            result.trace["route"]["measured_s"] = round(result.trace["total_s"] - result.trace["compile_s"], 4)
+        if "route" in (tr := result.trace):  # the predicted stages' measured time: no compile, search or decision
+            shared_s = tr["retrieval_s"] + sum(tr.get(k, 0.0) for k in _AFTER_SEARCH) + tr["route"]["decide_s"]
+            tr["route"]["measured_s"] = round(tr["total_s"] - tr["compile_s"] - shared_s, 4)
         return result
 
     def _documents(
@@ -283,9 +282,6 @@ class SpecRAG:
 
     def _draft(self, question: str, docs: list[dict], trace: dict, closed: ClosedSet | None = None) -> list[Draft]:
         cfg = self.config
-        if load_s := ensure_loaded(self.drafter):  # a drafter deferred until its first use (factory.build_specrag)
-            trace["drafter_load_s"] = load_s
-            self.progress.note(f"drafter {self.drafter.name} loaded on first use: {load_s:.1f} s")
         t = time.perf_counter()
         self.progress.start("clustering")
         subsets, info = self._progressive.subsets(question, docs, cfg.k, cfg.m, cfg.seed)  # memoised subsets_fn
@@ -353,18 +349,8 @@ class SpecRAG:
     def _route(self, question: str, docs: list[dict], closed: ClosedSet | None) -> Route:
         """The router's decision for this question (``router.decide`` on the running platform)."""
         cfg = self.config
-        route = decide(
-            self.drafter,
-            self.verifier,
-            question,
-            docs,
-            m=cfg.m,
-            k=cfg.k,
-            chat=self.verifier_chat,
-            closed=closed,
-            max_loss=cfg.router_max_loss,
-            margin=cfg.router_margin,
-        )
+        options = dict(m=cfg.m, k=cfg.k, max_loss=cfg.router_max_loss, margin=cfg.router_margin)
+        route = decide(self.drafter, self.verifier, question, docs, chat=self.verifier_chat, closed=closed, **options)
         self.progress.note(f"route: {route.path}: {route.reason}")
         return route
 

@@ -85,9 +85,11 @@ def cover_subsets(labels: Sequence[int] | np.ndarray, m: int, k: int) -> SubsetS
     """Up to ``m`` unique subsets that together hold every document, each of ``max(k, ceil(n / m))`` documents.
 
     The documents are ordered by dealing the clusters round-robin (each cluster's documents in index order, i.e.
-    retrieval rank), then subset ``i`` takes the next window of that order (wrapping around), so every subset
-    mixes clusters as the sampled subsets do and every document is read by some draft. Deterministic; windows
-    that repeat a subset (fewer documents than ``m * k``) count once, and the note says so."""
+    retrieval rank), then subset ``i`` takes the next window of that order (wrapping around), so subsets mix the
+    clusters while each cluster has documents left, and every document is read by some draft. Deterministic; windows
+    that repeat a subset (fewer documents than ``m * k``) count once, and the note says so; ``num_possible`` is the
+    number of distinct subsets returned. A subset holds ``n / m`` documents or more: few drafts over many passages
+    make long drafter prompts (bounded by the drafter's context)."""
     labels = np.asarray(labels)
     if m < 1 or k < 1:
         raise SpecRagError(f"covering subsets need m >= 1 and k >= 1 (got m={m}, k={k})")

@@ -128,6 +128,13 @@ def test_expected_latency_follows_the_acceptance():
     low = choose(stages, {**SURE, "accept": 0.1}, 1.0).predicted_s["cascade"]
     high = choose(stages, {**SURE, "accept": 0.9}, 1.0).predicted_s["cascade"]
     assert low == pytest.approx(2.9) and high == pytest.approx(2.1)
+    # drafting 1 + verification 1 + (1 - p) fallback 3 < exact 4 exactly when p > 1/3
+    stages = {"exact": 4.0, "drafting": 1.0, "verification": 1.0, "fallback": 3.0}
+    at = {p: choose(stages, {**SURE, "accept": p}, 1.0) for p in (0.3, 0.34, 0.5)}
+    assert all(r.break_even_accept == pytest.approx(1 / 3) for r in at.values())
+    assert [at[p].path for p in (0.3, 0.34)] == ["exact", "cascade"]
+    within = choose(stages, {**SURE, "accept": 0.5}, 1.0, margin=0.2)  # 3.5 s is not 20% under 4 s
+    assert within.path == "exact" and "margin" in within.reason and within.break_even_accept == pytest.approx(0.6)
 
 
 @pytest.mark.parametrize(
@@ -152,8 +159,21 @@ def test_the_shipped_calibration_reads_and_a_broken_one_is_a_one_line_error(tmp_
     assert set(cal.ratios("cpu")) == set(STAGES) and cal.ratios("tpu") == cal.ratios("default")
     assert cal.source["split"] == "train"  # chosen on questions the held-out report never saw
     assert RouterCalibration.from_dict(json.loads(json.dumps(cal.to_dict()))).workload == cal.workload
-    bad = tmp_path / "bad.json"
-    bad.write_text('{"stage_ratio": {}}')
-    with pytest.raises(SpecRagError) as err:
-        load_calibration(str(bad))
-    assert "router calibration" in str(err.value) and "\n" not in str(err.value)
+    broken = [{"stage_ratio": {}}]
+    for path, value in (
+        (("stage_ratio", "cpu", "exact"), 0.0),
+        (("predictor", "mean"), [0.0]),
+        (("workload", "verify_rate"), -1),
+    ):
+        d = json.loads(json.dumps(cal.to_dict()))
+        node = d
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+        broken.append(d)
+    for i, d in enumerate(broken):
+        bad = tmp_path / f"bad{i}.json"
+        bad.write_text(json.dumps(d))
+        with pytest.raises(SpecRagError) as err:
+            load_calibration(str(bad))
+        assert "router calibration" in str(err.value) and "\n" not in str(err.value), d
