@@ -232,7 +232,8 @@ def choose(
     else:
         path = "exact"
         why = f"expected cascade {cascade:.3g} s >= exact {stages['exact']:.3g} s at P(accept) {p_accept:.2f}"
-        why += f" (it pays above P(accept) {break_even:.2f})" if break_even <= 1 else " (drafting alone costs more)"
+        never = " (drafting and verification alone cost more)"
+        why += f" (it pays above P(accept) {break_even:.2f})" if break_even <= 1 else never
     return Route(path, predicted, dict(stages), dict(acceptance), change, break_even, platform, dict(peaks or {}), why)
 
 
