@@ -9,9 +9,9 @@ Two cases are trees in one step (a question, then branches off it): clustering's
 verification's drafts with their passages, where most of a query block's earlier keys are other branches'.
 The bound is the larger of reading the visible cached K/V once at this machine's measured bandwidth and the
 score and value matmuls over the visible query-key pairs (4 x q heads x head_dim FLOPs each) at its measured
-matmul rate. Prefill cases of several sequences also time the prefix read they had before stop 52 (every token
+matmul rate. Prefill cases of several sequences also time the earlier prefix read (every token
 against every sequence's key block, ``kernels.blocked.SEGMENTED_PREFIX`` off): ``dispatched_one_hot_prefix_ms``;
-decode cases of several rows the schedule they had before stop 53 (every row reads the longest row's blocks in
+decode cases of several rows the earlier schedule (every row reads the longest row's blocks in
 lockstep, ``kernels.decode_blocked.PACKED_DECODE`` off): ``dispatched_lockstep_decode_ms``.
 
 Usage: python benchmarks/attention_paths.py [--repeats 5] [--out benchmarks/results/attention_paths.json]

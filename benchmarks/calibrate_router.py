@@ -14,7 +14,7 @@ cut to ``max_doc_tokens`` drafter tokens). ``--check`` scores the fitted predict
     python benchmarks/calibrate_router.py --data ../shared/data/retrievalqa_dev.jsonl \\
         --predictions benchmarks/results/eval_dev100_ground/predictions.jsonl \\
         --results benchmarks/results/eval_dev100_ground/results.json \\
-        --check benchmarks/results/eval_heldout30_stop55/predictions.jsonl \\
+        --check benchmarks/results/eval_heldout30_speculative/predictions.jsonl \\
         --out specrag_jax/pipeline/router_calibration.json --report benchmarks/results/router_calibration.json
 """
 
@@ -120,7 +120,7 @@ def main() -> int:
     ap.add_argument("--results", default=str(RESULTS_DIR / "eval_dev100_ground" / "results.json"))
     ap.add_argument("--roofline", default=str(RESULTS_DIR / "roofline.json"))
     ap.add_argument("--ngram", default=str(RESULTS_DIR / "speculative_qwen.json"))
-    ap.add_argument("--check", default=str(RESULTS_DIR / "eval_heldout30_stop55" / "predictions.jsonl"))
+    ap.add_argument("--check", default=str(RESULTS_DIR / "eval_heldout30_speculative" / "predictions.jsonl"))
     ap.add_argument("--split", default="train", help="the split the predictor is fitted on")
     ap.add_argument(
         "--l2",

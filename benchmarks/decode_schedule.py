@@ -9,7 +9,7 @@ each. Per round both schedules run in one process in alternating order, each aft
 programs, compiling (one untimed pass) and timing one pass; every engine step is timed (``drafting_steps``'s
 recorder) and the decode steps' wall time is compared. Greedy tokens must be identical (asserted).
 ``--switch heads`` compares the block products' head forms instead (``decode_blocked.STACKED_HEADS``: all KV
-heads side by side against batched per KV head), ``long`` adds four 2,000-token sequences. Since stop 56 the
+heads side by side against batched per KV head), ``long`` adds four 2,000-token sequences. The
 schedule A/B runs in the stacked form (``decode_schedule.json`` was measured in the grouped one).
 
     python benchmarks/decode_schedule.py --out benchmarks/results/decode_schedule.json

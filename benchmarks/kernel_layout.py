@@ -10,7 +10,7 @@ Two parts, one process, same machine state:
    form on against off (off = the plain ``x @ W.T`` on the same ``[out, in]`` weights), alternating
    off, on, on, off after one warm-up of each; every round retraces (``jax.clear_caches``) and compiles before
    it times. Greedy tokens of the decode steps must agree between the sides (asserted). ``--knob
-   small-kernel-rows`` instead switches the rule for matrices under 4 MiB between stop 44's (the form at one row
+   small-kernel-rows`` instead switches the rule for matrices under 4 MiB between the earlier rule (the form at one row
    only) and today's (up to ``SMALL_KERNEL_ROWS`` rows); ``--knob head-form`` the output head's form alone;
    ``--knob pad-rows`` few-rows products of 5-7 rows at 8 (``linear.PADDED_ROWS``) against at their own count.
 3. With ``--before-tree DIR`` (a checkout of the code before, e.g. ``git worktree add DIR HEAD~1``): the same
@@ -192,7 +192,7 @@ def paired(run, rounds: int, name: str, sides: tuple[str, str]) -> dict:
 # The step-level A/Bs: a switch of models/decoder/linear.py, its (off, on) values and the sides' names.
 KNOBS = {
     "form": ("FEW_ROWS_FORM", (False, True), ("off", "on")),
-    # stop 44's rule (one row only for matrices under LARGE_KERNEL_BYTES) against today's SMALL_KERNEL_ROWS
+    # the earlier rule (one row only for matrices under LARGE_KERNEL_BYTES) against today's SMALL_KERNEL_ROWS
     "small-kernel-rows": ("SMALL_KERNEL_ROWS", (1, None), ("one_row", "small_kernel_rows")),
     "head-form": ("HEAD_FEW_ROWS_FORM", (False, True), ("head_plain", "head_form")),  # the output head only
     # few-rows products of 5-7 / 9-15 rows at their own row count against padded to 8 / 16 (PADDED_ROWS)

@@ -35,7 +35,7 @@ def live(make_service, monkeypatch):
     Every engine step is slowed by 20 ms, so a 400-token stream lasts 8 s and the client surely leaves
     mid-stream (warm, the tiny model writes 400 tokens in ~0.1 s). At 4 ms (1.6 s), one of three streams finished
     before the server saw the disconnect while another test process shared the two cores (`make test`'s
-    two workers, stop 40)."""
+    two workers)."""
     svc = make_service(request_timeout=60.0)
     for eng in svc.unique_engines.values():
         step = eng._iteration
