@@ -8,7 +8,7 @@ QUESTION ?= How do I leave a loop early in Python?
 # (TEST_WORKERS=0 runs the suite in this process).
 TEST_WORKERS ?= 2
 
-.PHONY: install run test format bench drafter-adapter drafter-adapter-synth clean
+.PHONY: install run test format bench report drafter-adapter drafter-adapter-synth clean
 
 install: $(VENV)/.installed
 
@@ -38,6 +38,11 @@ format: install
 bench: install
 	$(BIN)/python benchmarks/generate.py
 	$(BIN)/python benchmarks/kernels.py
+
+# docs/results.md and the README's results block, rendered from benchmarks/results/*.json (benchmarks/report.py;
+# tests/test_results_report.py fails when the committed text differs from this rendering).
+report: install
+	$(BIN)/python -m benchmarks.report
 
 # Rebuild the shipped drafter adapter (specrag_jax/adapters/README.md): teacher data from the dev file's train
 # split (never its held-out questions), LoRA training, bfloat16 export. About an hour on a 2-core CPU.

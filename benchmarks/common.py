@@ -8,7 +8,6 @@ import importlib.metadata
 import json
 import math
 import os
-import platform
 import resource
 import shlex
 import statistics
@@ -19,6 +18,7 @@ from typing import Any, Sequence
 
 from specrag_jax.host_memory import status_mib
 from specrag_jax.machine_peaks import best_time
+from specrag_jax.run_facts import machine_info
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -59,38 +59,6 @@ def loadavg() -> list[float]:
         return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
     except OSError:
         return []
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _mem_total_gb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1024**2, 2)
-    except OSError:
-        pass
-    return None
-
-
-def machine_info() -> dict[str, Any]:
-    """CPU count (visible and affinity), CPU model, total memory, OS and Python."""
-    return {
-        "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "cpu_count": os.cpu_count(),
-        "cpu_model": _cpu_model(),
-        "mem_total_gb": _mem_total_gb(),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-    }
 
 
 def versions(packages: Sequence[str] = ("jax", "jaxlib", "flax", "numpy", "torch", "transformers", "gguf")) -> dict:

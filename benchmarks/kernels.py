@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import RESULTS_DIR, loadavg, run_header, write_results
 from specrag_jax.kernels import chain_parents
+from specrag_jax.machine_peaks import best_time
 from specrag_jax.models.executor.packing import Chunk, pack_chunks
 from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.sampling.batch import SamplingBatch
@@ -58,13 +58,9 @@ def tree_chunk(prefix: list[int], branches: list[list[int]]) -> tuple[Chunk, lis
 
 
 def timed(fn, repeats: int) -> float:
-    fn()  # compile + warm
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+    """Best of ``repeats`` timed calls after one untimed call (compile + warm)."""
+    fn()
+    return best_time(fn, repeats)
 
 
 def verification(r: ModelRunner, repeats: int, rng: np.random.Generator) -> dict:

@@ -28,12 +28,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import loadavg, run_header, write_results
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.clustering import clustered_subsets
 from specrag_jax.pipeline.evaluation import evaluate, load_questions
 from specrag_jax.pipeline.factory import (
     DEFAULT_DRAFTER,
     DEFAULT_VERIFIER,
     RERANK_CACHE_DOCS,
-    clustered_subsets,
     lexical_search,
     pool_pages,
     reranker_pages,

@@ -7,6 +7,9 @@ The public names, imported on first use (``import specrag_jax`` itself imports n
   ``SpecRAG.answer(question, docs=None, method="auto")`` -> ``RAGAnswer`` (answer, rationale, citations, drafts,
   trace); ``RAGConfig`` holds every pipeline setting, ``METHODS`` the method names;
 - ``TextModel`` (load a model by name, generate text) and ``SamplingParams``;
+- ``FunctionalModel`` (``FunctionalModel.load(name)``: a model as its Flax module, parameter pytree and tokenizer,
+  with pure functions of ``(params, token_ids)`` for logits and log-probabilities under your own ``jax.jit`` /
+  ``jax.grad``, no page pool);
 - ``load_corpus`` / ``default_corpus``: documents to search (JSON lines or a folder of text files);
 - ``Service`` / ``ServeConfig`` / ``create_app``: the OpenAI-compatible server over started engines.
 """
@@ -19,6 +22,7 @@ _EXPORTS = {
     "pipeline.rag_config": ("RAGConfig",),
     "pipeline.rag_answer": ("RAGAnswer",),
     "models.text_model": ("TextModel",),
+    "models.functional": ("FunctionalModel",),
     "models.sampling.params": ("SamplingParams",),
     "retrieval.corpus": ("load_corpus", "default_corpus"),
     "serving.service": ("Service", "ServeConfig"),

@@ -13,6 +13,7 @@ from specrag_jax.models.loading.registry import DEFAULT_MODEL, KNOWN_MODELS
 from specrag_jax.pipeline.holdout import add_split_options, split_rows
 from specrag_jax.pipeline.rag_cli import add_quiet, add_rag_options, build_rag, rag_config_from_args
 from specrag_jax.progress import NO_PROGRESS, Progress, StderrProgress, quiet_library_logs, stage
+from specrag_jax.terminal_answer import TerminalAnswer
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -179,8 +180,16 @@ def _ask(args: argparse.Namespace) -> int:
 
     rag = build_rag(args, args.corpus, rag_config_from_args(args))
     rag.progress = args.progress
+    terminal = None if args.json or not sys.stdout.isatty() else TerminalAnswer(args.progress)
+    if terminal is not None:  # the answer appears as it is decoded
+        rag.progress = terminal
+    on_text = None if terminal is None else terminal.write
     with CompileClock() as clock:  # on started engines with --progressive-prefill (pipeline.concurrent_answers)
-        (result,) = answer_rows(rag, [args.question], lambda pipeline, q: pipeline.answer(q, None, args.method))
+        (result,) = answer_rows(
+            rag, [args.question], lambda pipeline, q: pipeline.answer(q, None, args.method, on_text=on_text)
+        )
+    if terminal is not None:
+        terminal.end_line()
     args.progress.note(
         f"answer in {result.trace.get('total_s', 0.0):.2f} s, of which {clock.stats.summary()}{background_summary()}"
     )
@@ -191,7 +200,8 @@ def _ask(args: argparse.Namespace) -> int:
         result.trace["roofline_peaks"] = peaks_once().to_dict()
         print(json.dumps(result.to_dict()))
     else:
-        print(result.answer)
+        if terminal is None:
+            print(result.answer)
         if result.rationale:
             print(f"rationale: {result.rationale}")
         print(f"citations: {', '.join(result.citations)}")
@@ -254,7 +264,10 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         "an unknown task is a one-line error)",
     )
     add_rag_options(p)
-    p.set_defaults(n_docs=None, m=None, k=None)  # filled from the task's defaults in _eval
+    from specrag_jax.pipeline.rag_config import PAPER_ANSWER_TOKENS
+
+    # n_docs, m, k: filled from the task's defaults in _eval; the answer: the paper's short-answer setting
+    p.set_defaults(n_docs=None, m=None, k=None, max_answer_tokens=PAPER_ANSWER_TOKENS, answer_stop="line")
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -334,7 +347,8 @@ def enable_compilation_cache() -> None:
     set_prefetch(int(value) if value else PREFETCH_STEPS)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``specrag`` command line: every subcommand and its flags."""
     parser = argparse.ArgumentParser(prog="specrag", description="Speculative RAG engine in JAX")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_generate(sub)
@@ -353,7 +367,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     add_train_parser(sub)
     add_export_parser(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     args.progress = NO_PROGRESS if getattr(args, "quiet", True) else StderrProgress()
     quiet_library_logs()
     try:

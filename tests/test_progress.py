@@ -233,3 +233,19 @@ def test_second_process_loads_even_small_programs_from_the_disk_cache(tmp_path):
     (hits1, programs1), (hits2, programs2) = (map(int, r.stdout.split()) for r in runs)
     assert hits1 == 0 and programs1 >= 1
     assert hits2 == programs2 == programs1
+
+
+def test_ask_on_a_terminal_streams_the_answer_once(capsys, tiny_cli, monkeypatch):
+    """stdout a terminal: the answer is written as it is decoded, once, on lines of its own (stage lines on stderr
+    never continue it); --json is unchanged."""
+    import sys
+
+    args = ["ask", "How do I leave a loop early?", "--drafter", "tiny:llama", "--verifier", "tiny:gemma3"]
+    args += ["--method", "standard", "--n-docs", "4", "--max-answer-tokens", "24"]
+    plain_out, _ = _cli(capsys, *args)  # not a terminal: the answer printed whole at the end
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    out, err = _cli(capsys, *args)
+    answer = plain_out.split("\ncitations: ")[0]
+    assert out == plain_out  # the same text, the answer once
+    assert "answer:\n" in err and err.index("answer:\n") < err.index("standard RAG answer: ")
+    assert json.loads(_cli(capsys, *args, "--json")[0])["answer"] == answer

@@ -12,9 +12,8 @@ import specrag_jax
 
 def test_every_top_level_name_resolves():
     assert specrag_jax.__all__ == sorted(set(specrag_jax.__all__))
-    assert {"build_specrag", "SpecRAG", "RAGConfig", "RAGAnswer", "TextModel", "SamplingParams"} <= set(
-        specrag_jax.__all__
-    )
+    names = {"build_specrag", "SpecRAG", "RAGConfig", "RAGAnswer", "TextModel", "SamplingParams", "FunctionalModel"}
+    assert names <= set(specrag_jax.__all__)
     for name in specrag_jax.__all__:
         assert getattr(specrag_jax, name) is not None
     assert specrag_jax.METHODS[0] == "auto" and specrag_jax.RAGConfig().router_max_loss == 0.0

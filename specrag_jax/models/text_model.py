@@ -16,6 +16,7 @@ from specrag_jax.models.loading.registry import instruction_tuned
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.speculative.decode import Speculation, SpeculationStats
 from specrag_jax.models.tokenizer.base import Tokenizer
+from specrag_jax.models.tokenizer.detokenize import IncrementalDetokenizer
 from specrag_jax.models.tokenizer.load import load_tokenizer
 
 
@@ -132,21 +133,37 @@ class TextModel:
         max_new_tokens: int = 64,
         stop: Sequence[str] = (),
         speculation: Speculation | None = None,
+        on_text: Callable[[int, str], None] | None = None,
     ) -> list[TextResult]:
         """Generate from token ids; stop strings are checked on the decoded text as tokens arrive.
 
         ``speculation``: decode with token-tree speculation (same output as plain greedy decoding, fewer
-        verifier steps; sampled output keeps the model's distribution)."""
+        verifier steps; sampled output keeps the model's distribution). ``on_text(row, text)``: each row's new text
+        as its tokens are accepted (end-of-sequence tokens excluded; text past a stop string is not held back)."""
         stops = [s for s in stop if s]
         decode = self.tokenizer.decode
+        streams: dict[int, IncrementalDetokenizer] = {}
 
-        def stop_fn(_row: int, out: list[int]) -> bool:
+        def stream(row: int, out: list[int]) -> None:
+            detok = streams.setdefault(row, IncrementalDetokenizer(decode))
+            for token in out[len(detok.ids) :]:
+                if piece := detok.push(token):
+                    on_text(row, piece)
+
+        def stop_fn(row: int, out: list[int]) -> bool:  # called once per accepted token that is not EOS
+            if on_text is not None:
+                stream(row, out)
+            if not stops:
+                return False
             tail = decode(out[-16:])  # a stop string is short; look at the recent text only
             return any(s in tail for s in stops)
 
         results = self.generator.generate(
-            prompt_ids, sampling, max_new_tokens, stop_fn if stops else None, speculation=speculation
+            prompt_ids, sampling, max_new_tokens, stop_fn if stops or on_text else None, speculation=speculation
         )
+        for row, detok in streams.items():
+            if rest := detok.flush():
+                on_text(row, rest)
         return [self._to_text(r, stops) for r in results]
 
     def _to_text(self, r: GenerationResult, stops: Sequence[str]) -> TextResult:

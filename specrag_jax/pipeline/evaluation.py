@@ -220,6 +220,8 @@ def evaluate(
                         "chosen_draft": result.trace.get("chosen_draft"),
                         "speculation": result.trace.get("speculation"),
                         "verifier_decode_s": result.trace.get("verifier_decode_s"),
+                        "answer_tokens": result.trace.get("verifier_decode_tokens"),
+                        "answer_cut": result.trace.get("answer_cut"),  # the budget ended it (None: a draft's)
                         "documents": result.trace.get("documents"),
                         "recall_own_passages": recall,
                         "rerank": result.trace.get("rerank"),

@@ -19,6 +19,8 @@ def add_rag_options(p: argparse.ArgumentParser) -> None:
     from specrag_jax.pipeline.clustering import SUBSET_MODES
     from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
     from specrag_jax.pipeline.rag_config import (
+        ANSWER_STOPS,
+        DEFAULT_ANSWER_TOKENS,
         DEFAULT_CLUSTERING,
         DEFAULT_CONSENSUS,
         DEFAULT_SELECTION,
@@ -44,6 +46,19 @@ def add_rag_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-docs", type=int, default=10, help="documents retrieved (or read from the passages)")
     p.add_argument("--m", type=int, default=5, help="number of drafts")
     p.add_argument("--k", type=int, default=2, help="number of clusters (one document per cluster per draft)")
+    p.add_argument(
+        "--max-answer-tokens",
+        type=int,
+        default=DEFAULT_ANSWER_TOKENS,
+        help=f"the answer's token budget (default {DEFAULT_ANSWER_TOKENS}; eval: the paper's 32)",
+    )
+    p.add_argument(
+        "--answer-stop",
+        default="turn",
+        choices=ANSWER_STOPS,
+        help="turn: the whole reply, up to the verifier's end of turn; line: its first line (the paper's short "
+        "answers, eval's default)",
+    )
     p.add_argument("--normalize", default="mean", choices=["sum", "mean"], help="score: raw or per-token mean")
     p.add_argument("--terms", default="draft,sc,sr", help="rho's score terms (ablations), e.g. draft,sc")
     p.add_argument(
@@ -181,6 +196,8 @@ def rag_config_from_args(args: argparse.Namespace):
         n_docs=args.n_docs,
         m=args.m,
         k=args.k,
+        max_answer_tokens=args.max_answer_tokens,
+        answer_stop=args.answer_stop,
         scores=scores,
         selection=args.selection,
         tau_min=parse_tau(args.tau_min),

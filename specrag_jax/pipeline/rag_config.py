@@ -21,14 +21,34 @@ DEFAULT_TAU_MIN: float | None = 0.41
 DEFAULT_CLUSTERING = "lexical"  # tied the drafter's embeddings on the train split, no model pass (clustering_train)
 DEFAULT_CONSENSUS = False  # the all-agree fast path (accepting unanimous drafts unverified) lost accuracy there
 
+# The answer a person reads runs to the verifier's end of turn ("turn"); the budget is a safety cap chosen on the
+# train split so that no answer there reached it (benchmarks/answer_length.py: benchmarks/results/answer_length.json).
+# The paper's short-answer benchmarks keep their setting ("line": the first line, 32 tokens); `specrag eval` uses it.
+ANSWER_STOPS = ("turn", "line")
+DEFAULT_ANSWER_TOKENS = 256
+PAPER_ANSWER_TOKENS = 32
+DRAFT_ANSWER_TOKENS = 32  # a draft's answer is one short line, whatever the final answer's form
+
+
+def check_answer(max_answer_tokens: int, answer_stop: str, max_draft_answer_tokens: int) -> None:
+    """One-line errors for the answer's budget and form."""
+    if max_answer_tokens < 1:
+        raise SpecRagError(f"max_answer_tokens must be >= 1 (got {max_answer_tokens})")
+    if max_draft_answer_tokens < 1:
+        raise SpecRagError(f"max_draft_answer_tokens must be >= 1 (got {max_draft_answer_tokens})")
+    if answer_stop not in ANSWER_STOPS:
+        raise SpecRagError(f"answer_stop must be one of {', '.join(ANSWER_STOPS)} (got {answer_stop!r})")
+
 
 @dataclasses.dataclass
 class RAGConfig:
     n_docs: int = 10
     m: int = 5
     k: int = 2
-    max_draft_tokens: int = 64  # rationale budget; the answer gets max_answer_tokens
-    max_answer_tokens: int = 32
+    max_draft_tokens: int = 64  # a draft's rationale budget
+    max_draft_answer_tokens: int = DRAFT_ANSWER_TOKENS  # a draft's answer budget
+    max_answer_tokens: int = DEFAULT_ANSWER_TOKENS  # the final answer's budget (a cap: "turn" ends at end of turn)
+    answer_stop: str = "turn"  # "turn": the whole reply up to end of turn | "line": its first line (paper tasks)
     max_doc_tokens: int = 160
     scores: ScoreOptions = ScoreOptions()
     selection: str = DEFAULT_SELECTION  # selection.SELECTIONS: rho | evidence [+agg] [+ground]
@@ -66,6 +86,7 @@ class RAGConfig:
             raise SpecRagError(f"k (number of clusters) must be >= 1 (got {self.k})")
         if self.fallback not in ("standard", "unanswerable"):
             raise SpecRagError(f"fallback must be 'standard' or 'unanswerable' (got {self.fallback!r})")
+        check_answer(self.max_answer_tokens, self.answer_stop, self.max_draft_answer_tokens)
         check_prompt_form(self.verifier_prompt)
         check_selection(self.selection)
         check_clustering(self.clustering)

@@ -24,14 +24,14 @@ from specrag_jax.compile_time import CompileClock
 from specrag_jax.errors import SpecRagError
 from specrag_jax.machine_peaks import platform_peaks
 from specrag_jax.models.deferred_model import ensure_loaded
-from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.pipeline.answer_generation import generate_answer
+from specrag_jax.pipeline.answer_stream import AnswerStream
 from specrag_jax.pipeline.closed_set import ClosedSet
 from specrag_jax.pipeline.clustering import SubsetFn
 from specrag_jax.pipeline.drafting import Draft, truncate_docs, write_drafts
-from specrag_jax.pipeline.lossless import lossless_speculation, needs_drafts, speculation_trace
+from specrag_jax.pipeline.lossless import lossless_speculation, needs_drafts
 from specrag_jax.pipeline.progressive import ProgressivePrefill, require_prefix_cache
-from specrag_jax.pipeline.prompts import first_line
 from specrag_jax.pipeline.rag_answer import RAGAnswer
 from specrag_jax.pipeline.rag_config import RAGConfig
 from specrag_jax.pipeline.reranking import Scorer, rerank_documents
@@ -86,6 +86,8 @@ class SpecRAG:
             )
         self._progressive = ProgressivePrefill(self, "", ())  # replaced per question (pipeline/progressive.py)
         self.drafter_adapter: str | None = None  # the adapter merged into the drafter (build_specrag sets it)
+        self._on_text: Callable[[str], None] | None = None  # answer(on_text=...) while it runs
+        self._streamed: AnswerStream | None = None  # the answer that went to _on_text
 
     def answer(
         self,
@@ -94,10 +96,22 @@ class SpecRAG:
         method: str = DEFAULT_METHOD,
         *,
         closed_set: ClosedSet | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> RAGAnswer:
         """Answer ``question`` from ``docs`` (or the search function's top ``n_docs``) with ``method``
-        (``closed_set``: a closed-set question's choices; the answer is then its label, see closed_set)."""
-        return self.answer_methods(question, docs, [method], closed_set=closed_set)[method]
+        (``closed_set``: a closed-set question's choices; the answer is then its label, see closed_set).
+
+        ``on_text``: the answer's text as the verifier decodes it, piece by piece (an accepted draft's answer, or a
+        closed set's label, arrives whole at the end); the pieces joined are the answer as decoded (the returned answer
+        strips its ends)."""
+        self._on_text, self._streamed = on_text, None
+        try:
+            result = self.answer_methods(question, docs, [method], closed_set=closed_set)[method]
+        finally:
+            self._on_text, streamed, self._streamed = None, self._streamed, None
+        if on_text is not None and streamed is None and result.answer:
+            on_text(result.answer)
+        return result
 
     def answer_methods(
         self,
@@ -252,32 +266,17 @@ class SpecRAG:
         """The verifier's answer from all ``docs``; with ``drafts`` (lossless) decoded with speculation (``proposer``,
         default the config's); with ``closed`` the answer is the label it gives (its first line when it gives none)."""
         prompt = answer_prompt(self.verifier.tokenizer, question, docs, self.verifier_chat, closed)
-        t = time.perf_counter()
         speculation = None
         if drafts is not None:
             speculation = lossless_speculation(
                 self.verifier.tokenizer, drafts, proposer or self.config.proposer, self.config.tree_budget
             )
-        [res] = self.verifier.generate_ids(
-            [self.verifier.tokenizer.encode_rendered(prompt)],
-            SamplingParams(),
-            self.config.max_answer_tokens,
-            stop=["\n"],
-            speculation=speculation,
-        )
-        trace.update(
-            generation_s=time.perf_counter() - t,
-            verifier_prefill_tokens=res.num_prompt_tokens,
-            verifier_decode_tokens=len(res.token_ids),
-            verifier_decode_s=res.decode_s,
-            verifier_prefill_compile_s=res.prefill_compile_s,  # one-time XLA work inside the generation's phases
-            verifier_decode_compile_s=res.decode_compile_s,
-        )
-        if speculation is not None:
-            trace["speculation"] = speculation_trace(res.speculation)
+        stream = None
+        if self._on_text is not None and closed is None:  # only one of answer()'s answers is generated here
+            line = self.config.answer_stop == "line"
+            stream = self._streamed = AnswerStream(self._on_text, line)
+        answer = generate_answer(self.verifier, self.config, prompt, trace, speculation, closed, stream)
         trace["total_s"] = time.perf_counter() - t0
-        text = first_line(res.text)
-        answer = text if closed is None else closed.parse(text) or text
         return RAGAnswer(answer, "", [d["id"] for d in docs], [], trace, method, docs)
 
     def _draft(self, question: str, docs: list[dict], trace: dict, closed: ClosedSet | None = None) -> list[Draft]:
@@ -297,7 +296,7 @@ class SpecRAG:
             question,
             [[docs[i] for i in s] for s in subsets],
             max_rationale_tokens=cfg.max_draft_tokens,
-            max_answer_tokens=cfg.max_answer_tokens,
+            max_answer_tokens=cfg.max_draft_answer_tokens,
             closed=closed,
         )
         trace.update(stats)

@@ -16,6 +16,7 @@ from specrag_jax.pipeline.specrag import SpecRAG
 from specrag_jax.pipeline.suite import SETTINGS, file_settings, load_suite, run_suite, suite_paths
 from specrag_jax.pipeline.suite_table import build_table, hardware, table_markdown
 from specrag_jax.rerank.options import rerank_json
+from specrag_jax.run_facts import run_facts
 
 
 def eval_suite(
@@ -74,6 +75,8 @@ def eval_config(args: argparse.Namespace, path: str, data: Dataset, rag: SpecRAG
         "n_docs": config.n_docs,
         "m": config.m,
         "k": config.k,
+        "max_answer_tokens": config.max_answer_tokens,
+        "answer_stop": config.answer_stop,
         "normalize": config.scores.normalize,
         "terms": list(config.scores.terms),
         "selection": config.selection,
@@ -91,4 +94,5 @@ def eval_config(args: argparse.Namespace, path: str, data: Dataset, rag: SpecRAG
         **rerank_json(config),
         "corpus": args.corpus,
         "command": "specrag " + " ".join(sys.argv[1:]),
+        "run": run_facts(),  # machine, commit and time
     }

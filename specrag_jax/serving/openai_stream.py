@@ -14,7 +14,7 @@ from typing import AsyncIterator
 
 from specrag_jax.models.engine.requests import Request
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.serving.detokenize import IncrementalDetokenizer
+from specrag_jax.models.tokenizer.detokenize import IncrementalDetokenizer
 from specrag_jax.serving.openai_choices import cut, finish_reason, logprobs_of, usage
 from specrag_jax.serving.openai_logprobs import tokens_for_text
 from specrag_jax.serving.sse import abandon, queued_until_done, sse

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specrag_jax.models.tokenizer.detokenize import IncrementalDetokenizer
 from specrag_jax.models.tokenizer.load import load_tokenizer
-from specrag_jax.serving.detokenize import IncrementalDetokenizer
 
 TEXTS = [
     "Paris is the capital of France.",
