@@ -21,10 +21,10 @@ from benchmarks.common import run_header, write_results
 
 
 def main(argv: list[str] | None = None) -> int:
+    from specrag_jax.evaluation.run import _row_docs, load_questions
     from specrag_jax.models.text_model import TextModel
     from specrag_jax.pipeline.clustering import clustered_subsets
     from specrag_jax.pipeline.drafting import split_chat_prompt, truncate_docs
-    from specrag_jax.pipeline.evaluation import _row_docs, load_questions
     from specrag_jax.pipeline.factory import DEFAULT_DRAFTER
     from specrag_jax.pipeline.prompts import drafter_evidence, drafter_prefix
     from specrag_jax.retrieval import Embedder

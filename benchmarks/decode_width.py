@@ -24,10 +24,10 @@ DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "retrievalqa_dev
 
 def main(argv: list[str] | None = None) -> int:
     import specrag_jax.models.engine.policy as policy
+    from specrag_jax.evaluation.run import _row_docs, load_questions
     from specrag_jax.models.executor.packing import bucket, seq_count_bucket
     from specrag_jax.pipeline.clustering import lexical_subsets
     from specrag_jax.pipeline.drafting import truncate_docs, write_drafts
-    from specrag_jax.pipeline.evaluation import _row_docs, load_questions
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default=str(DEV))

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import RESULTS_DIR, loadavg, run_header, write_results
 from specrag_jax.compile_time import CompileClock
+from specrag_jax.evaluation.run import load_questions
 from specrag_jax.models.decoder.transformer import init_params
 from specrag_jax.models.executor.runner import ModelRunner
 from specrag_jax.models.generation import Generator, Phase
@@ -38,7 +39,6 @@ from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.clustering import clustered_subsets
 from specrag_jax.pipeline.drafting import Draft, split_chat_prompt, truncate_docs
-from specrag_jax.pipeline.evaluation import load_questions
 from specrag_jax.pipeline.prompts import RESPONSE_TAG, drafter_evidence, drafter_prefix, standard_rag_prompt
 from specrag_jax.pipeline.verification import verify_drafts
 from specrag_jax.retrieval import Embedder, docs_from_context
