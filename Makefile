@@ -58,14 +58,16 @@ drafter-adapter: install
 	rm -rf specrag_jax/adapters/smollm2-rag-drafter && mv $(ADAPTER_BUILD)/export specrag_jax/adapters/smollm2-rag-drafter
 
 # Rebuild smollm2-rag-drafter-synth (specrag_jax/adapters/README.md) from the tracked teacher records
-# (drafter_records/README.md): the examples are replayed from the dev file's passages with no teacher (seconds),
-# only the grounded ones are kept, then LoRA training and the bfloat16 export (about 30 min on a 2-core CPU).
+# (specrag_jax/drafter_data/drafter_records/README.md): the examples are replayed from the dev file's passages
+# with no teacher (seconds), only the grounded ones are kept, then LoRA training and the bfloat16 export (about
+# 30 min on a 2-core CPU).
 SYNTH_BUILD ?= build/drafter_synth
 SYNTH_FLAGS ?= --lora-rank 8 --steps 100 --lr 4e-4 --warmup 6 --batch 4 --max-len 512 --eval-every 25
 drafter-adapter-synth: install
 	$(BIN)/python benchmarks/pool_corpus.py --data $(DEV_DATA) --split train-fit --out $(SYNTH_BUILD)/corpus.jsonl
 	$(BIN)/specrag make-drafter-data --data $(DEV_DATA) --split train-fit --corpus $(SYNTH_BUILD)/corpus.jsonl \
-		--replay drafter_records/train_fit.records.jsonl --replay drafter_records/synthetic_train_fit.records.jsonl \
+		--replay specrag_jax/drafter_data/drafter_records/train_fit.records.jsonl \
+		--replay specrag_jax/drafter_data/drafter_records/synthetic_train_fit.records.jsonl \
 		--require grounded --out $(SYNTH_BUILD)/train.jsonl
 	rm -rf $(SYNTH_BUILD)/run
 	$(BIN)/specrag train --data $(SYNTH_BUILD)/train.jsonl --out $(SYNTH_BUILD)/run $(SYNTH_FLAGS)

@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import RESULTS_DIR, run_header, write_results
+from specrag_jax.evaluation.holdout import heldout_indices
+from specrag_jax.evaluation.run import load_questions
 from specrag_jax.models.tokenizer.load import load_tokenizer
-from specrag_jax.pipeline.evaluation import load_questions
 from specrag_jax.pipeline.factory import DEFAULT_VERIFIER
-from specrag_jax.pipeline.holdout import heldout_indices
 from specrag_jax.pipeline.prompts import first_line
 from specrag_jax.pipeline.rag_config import PAPER_ANSWER_TOKENS
 

@@ -30,11 +30,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import RESULTS_DIR, run_header, write_results
+from specrag_jax.evaluation.holdout import split_rows
+from specrag_jax.evaluation.router_report import cascade_outcome
+from specrag_jax.evaluation.run import load_questions
 from specrag_jax.models.tokenizer.load import load_tokenizer
 from specrag_jax.pipeline.drafting import truncate_docs
-from specrag_jax.pipeline.evaluation import load_questions
 from specrag_jax.pipeline.factory import DEFAULT_DRAFTER
-from specrag_jax.pipeline.holdout import split_rows
 from specrag_jax.pipeline.rag_config import RAGConfig
 from specrag_jax.pipeline.route_predictor import (
     TARGETS,
@@ -44,7 +45,6 @@ from specrag_jax.pipeline.route_predictor import (
     route_features,
 )
 from specrag_jax.pipeline.router import STAGES, RouterCalibration, Workload
-from specrag_jax.pipeline.router_report import cascade_outcome
 from specrag_jax.retrieval import docs_from_context
 
 

@@ -37,9 +37,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import run_header, write_results
+from specrag_jax.evaluation.run import is_correct
 from specrag_jax.pipeline.closed_set import from_row
 from specrag_jax.pipeline.drafting import Draft
-from specrag_jax.pipeline.evaluation import is_correct
 from specrag_jax.pipeline.prompts import occurs_in_passages
 from specrag_jax.pipeline.selection import (
     EVIDENCE_TERMS,

@@ -449,7 +449,8 @@ DRAFTER = Section(
                 (
                     "eval_calib20_all_drafts",
                     "Train-calibrate 20, adapter on all records",
-                    "The 226-record adapter (`drafter_records/README.md`): input of `draft_quality_curve.json`.",
+                    "The 226-record adapter (`specrag_jax/drafter_data/drafter_records/README.md`): input of "
+                    "`draft_quality_curve.json`.",
                 ),
                 ("eval_calib20_fit_k3", "Train-calibrate 20, k = 3", "Input of `draft_quality_k.json`."),
                 ("eval_calib20_fit_k4", "Train-calibrate 20, k = 4", "Input of `draft_quality_k.json`."),

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.choose_cascade import cascade, picks, questions
 from benchmarks.common import run_header, write_results
-from specrag_jax.pipeline.evaluation import is_correct
+from specrag_jax.evaluation.run import is_correct
 from specrag_jax.pipeline.rag_config import DEFAULT_CONSENSUS, DEFAULT_SELECTION, DEFAULT_TAU_MIN
 from specrag_jax.pipeline.selection import SELECTIONS
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from specrag_jax.pipeline.datasets import load_rows
+from specrag_jax.evaluation.datasets import load_rows
 
 
 def _passage(p: str | dict) -> dict:

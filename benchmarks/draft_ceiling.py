@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import RESULTS_DIR, run_header, write_results
-from specrag_jax.pipeline.evaluation import is_correct, load_questions
-from specrag_jax.pipeline.holdout import add_split_options, split_rows
+from specrag_jax.evaluation.holdout import add_split_options, split_rows
+from specrag_jax.evaluation.run import is_correct, load_questions
 from specrag_jax.retrieval import doc_text, docs_from_context
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import run_header, write_results
-from specrag_jax.pipeline.evaluation import is_correct, load_questions
+from specrag_jax.evaluation.run import is_correct, load_questions
 from specrag_jax.pipeline.prompts import occurs_in_passages
 from specrag_jax.retrieval.corpus import docs_from_context
 

@@ -166,10 +166,10 @@ def add_question_args(p: argparse.ArgumentParser) -> None:
 def question_subsets(drafter, args: argparse.Namespace):
     """Yields (row, subsets) of each question as the pipeline drafts it: its first 10 passages cut to 160 tokens,
     ``args.m`` lexical subsets of ``args.k``."""
+    from specrag_jax.evaluation.holdout import split_rows
+    from specrag_jax.evaluation.run import _row_docs, load_questions
     from specrag_jax.pipeline.clustering import lexical_subsets
     from specrag_jax.pipeline.drafting import truncate_docs
-    from specrag_jax.pipeline.evaluation import _row_docs, load_questions
-    from specrag_jax.pipeline.holdout import split_rows
 
     subsets_fn = lexical_subsets()
     for row in split_rows(load_questions(args.data), args.split)[: args.questions]:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import run_header, write_results
-from specrag_jax.pipeline.evaluation import evaluate, load_questions
+from specrag_jax.evaluation.holdout import split_rows
+from specrag_jax.evaluation.run import evaluate, load_questions
 from specrag_jax.pipeline.factory import build_specrag
-from specrag_jax.pipeline.holdout import split_rows
 from specrag_jax.pipeline.specrag import RAGConfig
 from specrag_jax.xla_cache import enable_xla_cache
 

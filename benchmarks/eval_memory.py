@@ -30,10 +30,10 @@ def _sizes() -> dict:
 
 def run_arm(args: argparse.Namespace) -> dict:
     """One process: build the default pair, evaluate, record memory after each question."""
-    from specrag_jax.pipeline import evaluation
-    from specrag_jax.pipeline.evaluation import evaluate, load_questions
+    import specrag_jax.evaluation.run as evaluation
+    from specrag_jax.evaluation.holdout import split_rows
+    from specrag_jax.evaluation.run import evaluate, load_questions
     from specrag_jax.pipeline.factory import build_specrag
-    from specrag_jax.pipeline.holdout import split_rows
     from specrag_jax.xla_cache import enable_xla_cache
 
     enable_xla_cache()

@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import run_header, write_results
+from specrag_jax.evaluation.holdout import split_rows
+from specrag_jax.evaluation.run import SCORED_AFTER, evaluate, is_correct, load_questions
 from specrag_jax.machine_peaks import DEVICE_PEAKS, device_peaks
 from specrag_jax.pipeline.clustering import CLUSTERINGS, subset_sampler
-from specrag_jax.pipeline.evaluation import SCORED_AFTER, evaluate, is_correct, load_questions
 from specrag_jax.pipeline.factory import build_specrag
-from specrag_jax.pipeline.holdout import split_rows
 from specrag_jax.pipeline.rag_config import DEFAULT_CLUSTERING
 from specrag_jax.pipeline.roofline import model_cost
 from specrag_jax.pipeline.router import ROUTE_PATHS, route_on

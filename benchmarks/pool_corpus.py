@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from specrag_jax.pipeline.evaluation import load_questions
-from specrag_jax.pipeline.holdout import add_split_options, split_rows
+from specrag_jax.evaluation.holdout import add_split_options, split_rows
+from specrag_jax.evaluation.run import load_questions
 from specrag_jax.retrieval.pooling import write_pool
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import loadavg, run_header, write_results
+from specrag_jax.evaluation.run import load_questions
 from specrag_jax.models.engine.context import RequestContext
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.clustering import clustered_subsets
-from specrag_jax.pipeline.evaluation import load_questions
 from specrag_jax.pipeline.factory import build_reranker, pool_pages, reranker_pages
 from specrag_jax.pipeline.specrag import RAGConfig
 from specrag_jax.retrieval import Embedder

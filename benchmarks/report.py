@@ -294,7 +294,7 @@ def points(x: float) -> str:
 def split_breakdown(src: Source, name: str, methods: Sequence[str]) -> dict[str, dict[str, tuple]]:
     """Per method: (n, accuracy, mean latency) on the held-out and train parts of a ``--split all`` run, from its
     predictions (the split depends only on each row's question_id and data_source)."""
-    from specrag_jax.pipeline.holdout import split_rows
+    from specrag_jax.evaluation.holdout import split_rows
 
     res, where = src.json(name), src.shown(name)
     fraction = get(res, "?config/holdout_fraction", where) or 0.3

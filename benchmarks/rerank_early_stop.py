@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import loadavg, run_header, write_results
+from specrag_jax.evaluation.run import load_questions
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.pipeline.evaluation import load_questions
 from specrag_jax.rerank.coarse_to_fine import rerank_coarse_to_fine
 from specrag_jax.rerank.reranker import Reranker
 from specrag_jax.retrieval import LexicalIndex

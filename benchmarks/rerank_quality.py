@@ -8,7 +8,7 @@ it. Configurations, all on the same questions and the same loaded models:
   of ``rerank.prompts``) in groups of ``rerank_group`` with the default early-termination patience, to the
   top ``n_docs``.
 
-Each configuration runs ``pipeline.evaluation.evaluate`` (the methods share one retrieval and rerank per
+Each configuration runs ``evaluation.run.evaluate`` (the methods share one retrieval and rerank per
 question) and reports accuracy, recall of the question's own passages in the documents used, the rerank
 report (groups scored, fraction saved) and the mean seconds of each stage. The reranker runs in kv mode with
 no on-disk store: each candidate's document K/V is computed once per question and reused across its groups
@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import loadavg, run_header, write_results
+from specrag_jax.evaluation.run import evaluate, load_questions
 from specrag_jax.models.text_model import TextModel
 from specrag_jax.pipeline.clustering import clustered_subsets
-from specrag_jax.pipeline.evaluation import evaluate, load_questions
 from specrag_jax.pipeline.factory import (
     DEFAULT_DRAFTER,
     DEFAULT_VERIFIER,

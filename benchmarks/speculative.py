@@ -27,12 +27,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import loadavg, run_header, write_results
 from specrag_jax.compile_time import CompileClock
+from specrag_jax.evaluation.run import load_questions
 from specrag_jax.models.executor.packing import Chunk
 from specrag_jax.models.sampling.batch import SamplingBatch
 from specrag_jax.models.sampling.params import SamplingParams
 from specrag_jax.models.speculative.decode import SpeculationStats, combine_stats
 from specrag_jax.models.speculative.tree import build_tree, stack_trees
-from specrag_jax.pipeline.evaluation import load_questions
 from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER, build_specrag
 from specrag_jax.pipeline.lossless import lossless_speculation
 from specrag_jax.pipeline.specrag import RAGConfig

@@ -56,11 +56,11 @@ METHODS = ("speculative", "standard", "random_draft", "drafter_only")
 
 def one_side(side: str, data: str, split: str, questions: int, repeats: int) -> dict:
     """This process: the pipeline's verification passes with ``side``'s chunks (set before anything is traced)."""
+    from specrag_jax.evaluation.holdout import split_rows
+    from specrag_jax.evaluation.run import _row_docs, load_questions
     from specrag_jax.models.decoder import scoring
     from specrag_jax.models.engine import engine
-    from specrag_jax.pipeline.evaluation import _row_docs, load_questions
     from specrag_jax.pipeline.factory import build_specrag
-    from specrag_jax.pipeline.holdout import split_rows
     from specrag_jax.xla_cache import enable_xla_cache
 
     if side in KNOBS["chunks"]:

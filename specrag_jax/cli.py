@@ -9,8 +9,8 @@ import sys
 from typing import Sequence
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.evaluation.holdout import add_split_options, split_rows
 from specrag_jax.models.loading.registry import DEFAULT_MODEL, KNOWN_MODELS
-from specrag_jax.pipeline.holdout import add_split_options, split_rows
 from specrag_jax.pipeline.rag_cli import add_quiet, add_rag_options, build_rag, rag_config_from_args
 from specrag_jax.progress import NO_PROGRESS, Progress, StderrProgress, quiet_library_logs, stage
 from specrag_jax.terminal_answer import TerminalAnswer
@@ -248,7 +248,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         help="retrieve from this corpus (BM25) instead of each question's own "
         "passages; reports recall_own_passages (benchmarks/pool_corpus.py pools a data file's passages)",
     )
-    from specrag_jax.pipeline.datasets import FORMATS, TASKS
+    from specrag_jax.evaluation.datasets import FORMATS, TASKS
 
     p.add_argument(
         "--format",
@@ -273,10 +273,10 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from specrag_jax.pipeline.datasets import load_rows
-    from specrag_jax.pipeline.evaluation import evaluate, plot_accuracy_latency
-    from specrag_jax.pipeline.suite import file_settings, write_results
-    from specrag_jax.pipeline.suite_cli import eval_config, eval_suite
+    from specrag_jax.evaluation.datasets import load_rows
+    from specrag_jax.evaluation.run import evaluate, plot_accuracy_latency
+    from specrag_jax.evaluation.suite import file_settings, write_results
+    from specrag_jax.evaluation.suite_cli import eval_config, eval_suite
     from specrag_jax.retrieval import load_corpus
 
     if args.limit is not None and args.limit < 1:
@@ -286,7 +286,7 @@ def _eval(args: argparse.Namespace) -> int:
     if args.suite is None and not args.data:
         raise SpecRagError("eval needs --data FILE (repeat it for a suite) or --suite DIR")
     stop = None if args.limit is None or args.split != "all" else args.offset + args.limit  # read no further
-    if args.suite is not None or len(args.data) > 1:  # Table 1 (pipeline/suite_cli.py)
+    if args.suite is not None or len(args.data) > 1:  # Table 1 (evaluation/suite_cli.py)
         return eval_suite(
             args,
             stop,
@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     from specrag_jax.rerank.cli import add_index_parser
 
     add_index_parser(sub)
-    from specrag_jax.pipeline.drafter_data_cli import add_drafter_data_parser
+    from specrag_jax.drafter_data.cli import add_drafter_data_parser
 
     add_drafter_data_parser(sub)
     from specrag_jax.training.cli import add_export_parser, add_train_parser

@@ -1,8 +1,10 @@
 """The package's import graph, read with ``ast`` (every import, function-level and ``TYPE_CHECKING`` ones included).
 
-Layers point one way (DESIGN.md section 2): ``kernels <- models <- parallel``, ``models <- pipeline <- serving``;
-``parallel`` sits above ``models`` because its axis rules and placements know ``ModelConfig`` and the
-parameter tree, and ``models`` reaches a placement only through ``models.executor.placement_api.StepPlacement``.
+Layers point one way (DESIGN.md section 2): ``kernels <- models <- parallel``, ``models <- pipeline <- serving``,
+``pipeline <- evaluation <- drafter_data``; ``parallel`` sits above ``models`` because its axis rules and placements
+know ``ModelConfig`` and the parameter tree, and ``models`` reaches a placement only through
+``models.executor.placement_api.StepPlacement``. ``pipeline`` (the method) never imports ``evaluation`` or
+``drafter_data``; ``training`` sits under ``pipeline`` (the factory merges trained adapters) and imports neither.
 No module of any package imports itself back through others.
 """
 
@@ -105,6 +107,7 @@ PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file(
 
 def test_every_package_is_checked():
     assert {"kernels", "models", "parallel", "pipeline", "retrieval", "serving", "training"} <= set(PACKAGES)
+    assert {"evaluation", "drafter_data"} <= set(PACKAGES)
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -122,7 +125,11 @@ def test_modules_form_no_cycle_across_packages():
 FORBIDDEN = {
     "kernels": {"models", "parallel", "pipeline", "serving", "retrieval", "rerank", "training"},
     "models": {"parallel", "pipeline", "serving", "retrieval", "rerank", "training", "cli"},
-    "pipeline": {"serving", "cli"},
+    "pipeline": {"evaluation", "drafter_data", "serving", "cli"},
+    "evaluation": {"drafter_data", "serving", "cli"},
+    "drafter_data": {"serving", "cli"},
+    "training": {"pipeline", "evaluation", "drafter_data", "serving", "cli"},
+    "serving": {"evaluation", "drafter_data", "cli"},
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from benchmarks.pool_corpus import main
-from specrag_jax.pipeline.holdout import split_rows
+from specrag_jax.evaluation.holdout import split_rows
 from specrag_jax.retrieval.pooling import passage_key, pool_passages
 
 

@@ -17,7 +17,7 @@ ADAPTERS_DIR = Path(__file__).parent
 KNOWN_ADAPTERS: dict[str, str] = {
     "smollm2-rag-drafter": "smollm2-rag-drafter",
     "smollm2-rag-drafter-fit": "smollm2-rag-drafter-fit",  # train-fit only: not the default (README.md says why)
-    # train-fit + synthetic questions, grounded examples only (drafter_records/): not the default yet
+    # train-fit + synthetic questions, grounded examples only (drafter_data/drafter_records/): not the default yet
     "smollm2-rag-drafter-synth": "smollm2-rag-drafter-synth",
 }
 # drafter model name -> the adapter applied when --drafter-adapter is not given ("none" turns it off)

@@ -97,5 +97,5 @@ def closed_set(task: str | None, choices: Sequence[dict] | None = None, where: s
 
 
 def from_row(row: dict) -> ClosedSet | None:
-    """The ``ClosedSet`` of an evaluation row (``datasets.load_rows``): from its ``task`` and ``choices``."""
+    """The ``ClosedSet`` of an evaluation row (``evaluation.datasets.load_rows``): from its ``task`` and ``choices``."""
     return closed_set(row.get("task"), row.get("choices"), f"question {row.get('question_id', row.get('question'))!r}")

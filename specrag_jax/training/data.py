@@ -14,7 +14,7 @@ Format, one JSON object per line (other fields, e.g. ``id`` or ``question``, are
   ``## Response:`` and the answer). Tokenized without BOS; the end-of-sequence token is appended.
 - ``target_ids`` (list of int, optional): the target's ids, used instead of tokenizing ``target``.
 
-``specrag make-drafter-data`` (``pipeline/drafter_data.py``) writes all four fields.
+``specrag make-drafter-data`` (``drafter_data/examples.py``) writes all four fields.
 
 The loss covers the target tokens (and the appended EOS) only; prompt tokens are context.
 

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.evaluation.run import selection_picks
 from specrag_jax.pipeline.closed_set import CLAIM_INSTRUCTION, ClosedSet, closed_set, from_row
 from specrag_jax.pipeline.drafting import Draft, draft_prompts, write_drafts
-from specrag_jax.pipeline.evaluation import selection_picks
 from specrag_jax.pipeline.prompts import (
     closed_book_prompt,
     drafter_evidence,

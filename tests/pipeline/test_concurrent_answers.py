@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.evaluation.run import evaluate, load_questions
 from specrag_jax.pipeline.concurrent_answers import SharedEngines, check_concurrency
-from specrag_jax.pipeline.evaluation import evaluate, load_questions
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
 from specrag_jax.serving.tiny import tiny_text_model
 

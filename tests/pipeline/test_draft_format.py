@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from specrag_jax.evaluation.run import SHORT_RESPONSE_WORDS, draft_format
 from specrag_jax.pipeline.drafting import Draft
-from specrag_jax.pipeline.evaluation import SHORT_RESPONSE_WORDS, draft_format
 
 
 def _draft(answer: str, parsed: bool = True) -> Draft:

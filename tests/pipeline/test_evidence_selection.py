@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.evaluation.run import evaluate
 from specrag_jax.pipeline.drafting import Draft
-from specrag_jax.pipeline.evaluation import evaluate
 from specrag_jax.pipeline.prompts import EVIDENCE_REFLECTION_PROMPT, evidence_block
 from specrag_jax.pipeline.selection import (
     EVIDENCE_TERMS,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.evaluation.run import STAGE_KEYS, evaluate, load_questions, stage_seconds
 from specrag_jax.pipeline.clustering import clustered_subsets
-from specrag_jax.pipeline.evaluation import STAGE_KEYS, evaluate, load_questions, stage_seconds
 from specrag_jax.pipeline.factory import lexical_search
 from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
 from specrag_jax.retrieval import Embedder, LexicalIndex

@@ -220,8 +220,8 @@ def test_eval_json_carries_the_roofline_of_every_method():
     out (so the first question usually is)."""
     from pathlib import Path
 
+    from specrag_jax.evaluation.run import evaluate, load_questions
     from specrag_jax.pipeline.clustering import clustered_subsets
-    from specrag_jax.pipeline.evaluation import evaluate, load_questions
     from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG
     from specrag_jax.retrieval import Embedder
     from specrag_jax.serving.tiny import tiny_text_model
@@ -249,7 +249,7 @@ def test_answers_beside_background_loading_are_left_out_of_the_roofline(monkeypa
     by its bound; its prediction says how long that loading took."""
     from pathlib import Path
 
-    import specrag_jax.pipeline.evaluation as evaluation
+    import specrag_jax.evaluation.run as evaluation
     from specrag_jax.compile_time import CompileStats
     from specrag_jax.pipeline.clustering import lexical_subsets
     from specrag_jax.pipeline.specrag import RAGConfig, SpecRAG

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.convert_formats import main as convert_main
 from benchmarks.convert_formats import write_musique, write_selfrag
-from specrag_jax.pipeline.datasets import load_rows
+from specrag_jax.evaluation.datasets import load_rows
 from specrag_jax.retrieval import docs_from_context
 
 DEV = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "retrievalqa_dev.jsonl"

@@ -10,12 +10,13 @@ import pytest
 
 from specrag_jax.cli import main
 from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline import evaluation, suite  # noqa: F401  suite: imported here, it binds the real evaluate
-from specrag_jax.pipeline.datasets import TASKS, score_answer, task_defaults
-from specrag_jax.pipeline.datasets.metrics import contains_answer
-from specrag_jax.pipeline.evaluation import is_correct, load_questions
+from specrag_jax.evaluation import run as evaluation
+from specrag_jax.evaluation import suite  # noqa: F401  imported here, it binds the real evaluate
+from specrag_jax.evaluation.datasets import TASKS, score_answer, task_defaults
+from specrag_jax.evaluation.datasets.metrics import contains_answer
+from specrag_jax.evaluation.run import is_correct, load_questions
 
-MINI = Path(__file__).resolve().parents[1] / "data" / "mini_eval.jsonl"
+MINI = Path(__file__).resolve().parents[2] / "pipeline" / "data" / "mini_eval.jsonl"
 CHOICES = [
     {"label": "A", "text": "oxygen"},
     {"label": "B", "text": "carbon dioxide"},

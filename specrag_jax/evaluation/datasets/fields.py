@@ -61,7 +61,7 @@ def passages(value: Any, field: str, where: str, text_key: str = "text") -> list
 
 def question_id(obj: dict, source: str, question: str) -> str:
     """The row's own id (``question_id``, ``id`` or ``_id``), else ``<source>_<hash of the question>``: stable
-    under reordering, as the held-out split (``pipeline.holdout``) needs."""
+    under reordering, as the held-out split (``evaluation.holdout``) needs."""
     for name in ("question_id", "id", "_id"):
         if obj.get(name) is not None:
             return str(obj[name])

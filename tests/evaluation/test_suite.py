@@ -10,12 +10,12 @@ import pytest
 
 from benchmarks.convert_formats import write_musique, write_selfrag
 from specrag_jax.cli import main
+from specrag_jax.evaluation.datasets import load_rows
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.pipeline.datasets import load_rows
 from specrag_jax.serving.tiny import tiny_text_model
 
 DEV = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "retrievalqa_dev.jsonl"
-MINI = Path(__file__).parent / "data" / "mini_eval.jsonl"
+MINI = Path(__file__).parents[1] / "pipeline" / "data" / "mini_eval.jsonl"
 TINY = [
     "--drafter",
     "tiny:llama",

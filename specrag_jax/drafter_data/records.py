@@ -3,8 +3,8 @@
 A record holds what the teacher wrote and what it read: the question, its answers, the rationale, the checks it
 passed, and the ids of the passages of its subset with a fingerprint of each passage's text, but never the passages
 themselves. ``replay_examples`` rebuilds the exact training examples (``prompt_ids`` from
-``drafting.draft_prompts``, ``target_ids`` from ``drafter_data.draft_target``, both through
-``drafter_data.training_example``) from the records and the passages they name: a question row of ``--data`` (ids
+``drafting.draft_prompts``, ``target_ids`` from ``examples.draft_target``, both through
+``examples.training_example``) from the records and the passages they name: a question row of ``--data`` (ids
 ``ctx<i>``, the row's own passages) or a ``--corpus`` passage (its corpus id). So hours of teacher time survive as a
 small file in the repository, while the evaluation data it was built from stays outside (``specrag make-drafter-data
 --replay``). A passage whose text no longer matches its fingerprint (another data file, another pool) is a one-line
@@ -18,9 +18,9 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from specrag_jax.drafter_data.examples import REQUIRE, passes, training_example
 from specrag_jax.errors import SpecRagError
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.pipeline.drafter_data import REQUIRE, passes, training_example
 from specrag_jax.pipeline.drafting import draft_prompts, truncate_docs
 from specrag_jax.pipeline.prompts import RESPONSE_TAG
 from specrag_jax.retrieval.corpus import iter_json_lines

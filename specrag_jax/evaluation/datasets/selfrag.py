@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specrag_jax.pipeline.datasets.fields import (
+from specrag_jax.evaluation.datasets.fields import (
     answer_list,
     answer_text,
     first_text,
@@ -21,7 +21,7 @@ from specrag_jax.pipeline.datasets.fields import (
     row_error,
     short,
 )
-from specrag_jax.pipeline.datasets.metrics import normalize
+from specrag_jax.evaluation.datasets.metrics import normalize
 
 QUESTION_FIELDS = ("question", "instruction", "claim")
 GOLD_FIELDS = ("possible_answers", "answers", "answer")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).parent / "data" / "mini_eval.jsonl"
+DATA = Path(__file__).parents[1] / "pipeline" / "data" / "mini_eval.jsonl"
 SMOL = "smollm2-135m-instruct"
 # The public contract's five methods, lossless (its speculation contract) and auto (the router's report).
 SMOL_EVAL_METHODS = ["closed_book", "standard", "speculative", "drafter_only", "random_draft", "lossless", "auto"]

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Callable
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline.datasets import Dataset
+from specrag_jax.evaluation.datasets import Dataset
+from specrag_jax.evaluation.suite import SETTINGS, file_settings, load_suite, run_suite, suite_paths
+from specrag_jax.evaluation.suite_table import build_table, hardware, table_markdown
 from specrag_jax.pipeline.rag_config import RAGConfig
 from specrag_jax.pipeline.specrag import SpecRAG
-from specrag_jax.pipeline.suite import SETTINGS, file_settings, load_suite, run_suite, suite_paths
-from specrag_jax.pipeline.suite_table import build_table, hardware, table_markdown
 from specrag_jax.rerank.options import rerank_json
 from specrag_jax.run_facts import run_facts
 

@@ -9,8 +9,8 @@ MuSiQue or RetrievalQA (JSON lines or one JSON array) into the rows ``specrag ev
 ``score_answer(row, answer)`` applies the task's metric; ``task_defaults(task)`` gives the paper's n_docs, m, k.
 """
 
-from specrag_jax.pipeline.datasets.loader import FORMATS, Dataset, detect_format, load_rows
-from specrag_jax.pipeline.datasets.metrics import score_answer
-from specrag_jax.pipeline.datasets.tasks import TASKS, task_defaults
+from specrag_jax.evaluation.datasets.loader import FORMATS, Dataset, detect_format, load_rows
+from specrag_jax.evaluation.datasets.metrics import score_answer
+from specrag_jax.evaluation.datasets.tasks import TASKS, task_defaults
 
 __all__ = ["FORMATS", "TASKS", "Dataset", "detect_format", "load_rows", "score_answer", "task_defaults"]

@@ -15,17 +15,17 @@ from typing import Any, Sequence
 
 from specrag_jax.compile_time import background_stats
 from specrag_jax.errors import SpecRagError
+from specrag_jax.evaluation.datasets import score_answer
+from specrag_jax.evaluation.router_report import cascade_outcome, router_summary
 from specrag_jax.host_memory import release_free_heap, status_mib
 from specrag_jax.machine_peaks import peaks_once
 from specrag_jax.models.deferred_model import ensure_loaded
 from specrag_jax.models.executor.step_export import held_programs
 from specrag_jax.pipeline.closed_set import from_row
 from specrag_jax.pipeline.concurrent_answers import answer_rows
-from specrag_jax.pipeline.datasets import score_answer
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.lossless import summarize_speculation
 from specrag_jax.pipeline.roofline import mean_roofline, model_cost, roofline
-from specrag_jax.pipeline.router_report import cascade_outcome, router_summary
 from specrag_jax.pipeline.selection import (
     EVIDENCE_TERMS,
     PLAIN_TERMS,

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from specrag_jax.cli import main as cli_main
-from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline.drafter_data import DrafterDataBuilder
-from specrag_jax.pipeline.drafter_records import (
+from specrag_jax.drafter_data.examples import DrafterDataBuilder
+from specrag_jax.drafter_data.records import (
     passage_fingerprint,
     passages_by_source,
     rationale_of,
@@ -19,8 +18,9 @@ from specrag_jax.pipeline.drafter_records import (
     replay_examples,
     write_records,
 )
-from specrag_jax.pipeline.synthetic_questions import synthetic_rows
-from tests.pipeline.test_drafter_data import ROW, ScriptedTeacher, two_subsets
+from specrag_jax.drafter_data.synthetic_questions import synthetic_rows
+from specrag_jax.errors import SpecRagError
+from tests.drafter_data.test_drafter_data import ROW, ScriptedTeacher, two_subsets
 
 QROW = {**ROW, "question_id": "q-hamlet"}
 RATIONALES = ["Per [1], William Shakespeare wrote it.", "As [1] says, Shakespeare."]
@@ -140,18 +140,19 @@ def test_cli_replays_records_without_a_teacher(drafter, tmp_path, capsys, monkey
 
 
 DEV = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "retrievalqa_dev.jsonl"
-RECORDS = Path(__file__).resolve().parents[2] / "drafter_records"
+RECORDS = Path(__file__).resolve().parents[2] / "specrag_jax" / "drafter_data" / "drafter_records"
 
 
 @pytest.mark.slow
 def test_tracked_records_replay_from_the_dev_file_and_name_no_held_out_passage():
-    """Every records file in drafter_records/ rebuilds from the dev file (every fingerprint matches) and touches
-    neither a train-calibrate nor a held-out question or passage (the adapters' choice and report stay clean)."""
+    """Every records file in specrag_jax/drafter_data/drafter_records/ rebuilds from the dev file (every fingerprint
+    matches) and touches neither a train-calibrate nor a held-out question or passage (the adapters' choice and
+    report stay clean)."""
     if not DEV.is_file():
         pytest.skip(f"{DEV} is absent")
+    from specrag_jax.evaluation.holdout import split_rows
+    from specrag_jax.evaluation.run import load_questions
     from specrag_jax.models.text_model import TextModel
-    from specrag_jax.pipeline.evaluation import load_questions
-    from specrag_jax.pipeline.holdout import split_rows
     from specrag_jax.retrieval.pooling import own_passages, pool_passages
 
     rows = load_questions(DEV)

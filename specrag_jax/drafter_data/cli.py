@@ -1,13 +1,13 @@
-"""``specrag make-drafter-data``: drafter training examples written by a teacher (``pipeline.drafter_data``).
+"""``specrag make-drafter-data``: drafter training examples written by a teacher (``drafter_data.examples``).
 
 Input: ``--data F`` (JSON lines of question, passages (``context``) and answers (``ground_truth``), the dev
 file's format) or ``--corpus C`` (documents only: the teacher writes a question and answer from each of
-``--synthetic N`` passages first, ``pipeline.synthetic_questions``). Output: JSON lines, one example per line
+``--synthetic N`` passages first, ``drafter_data.synthetic_questions``). Output: JSON lines, one example per line
 (``prompt``, ``target``, ``prompt_ids``, ``target_ids`` and provenance), written atomically (a temporary file
 renamed into place), and a summary (kept, rejected by reason, skipped rows by reason, checks passed, wall
 time) printed and written beside it as ``<out>.summary.json``, and the examples' records (``<out>.records.jsonl``:
 what the teacher wrote and the ids and fingerprints of the passages it read, no passage text;
-``pipeline.drafter_records``). ``--replay RECORDS`` rebuilds a records file's examples from the passages of
+``drafter_data.records``). ``--replay RECORDS`` rebuilds a records file's examples from the passages of
 ``--data`` or ``--corpus`` with no teacher, so teacher work built from evaluation data is kept in the repository
 without the data.
 """
@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline.holdout import add_split_options, split_rows
+from specrag_jax.evaluation.holdout import add_split_options, split_rows
 
 
 def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``make-drafter-data`` (its handler is ``args.drafter_data_main``)."""
-    from specrag_jax.pipeline.drafter_data import REQUIRE
+    from specrag_jax.drafter_data.examples import REQUIRE
     from specrag_jax.pipeline.factory import DEFAULT_DRAFTER, DEFAULT_VERIFIER
 
     p = sub.add_parser("make-drafter-data", help="write drafter training examples with a teacher model")
@@ -59,7 +59,7 @@ def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
         metavar="RECORDS",
         action="append",
         help="rebuild the examples of a records file (written beside every output as <out>.records.jsonl) from "
-        "the passages of --data and/or --corpus, with no teacher (pipeline.drafter_records); only records whose "
+        "the passages of --data and/or --corpus, with no teacher (drafter_data.records); only records whose "
         "checks pass --require are kept; repeat it to write several files' examples into one output",
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -70,7 +70,7 @@ def add_drafter_data_parser(sub: argparse._SubParsersAction) -> None:
 def _source_rows(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     """(question rows of --data, passages of --corpus): read and checked before any model loads. Exactly one of
     the two is given, except with --replay (records of both kinds may be replayed together)."""
-    from specrag_jax.pipeline.evaluation import load_questions
+    from specrag_jax.evaluation.run import load_questions
     from specrag_jax.retrieval import load_corpus
 
     given = [a for a in (args.data, args.corpus) if a is not None]
@@ -105,8 +105,8 @@ def records_path(out: Path) -> Path:
 
 def _replay_main(args: argparse.Namespace, rows: list[dict], corpus: list[dict], out: Path, t0: float) -> int:
     """``--replay``: the examples of a records file, rebuilt from the given passages without a teacher."""
+    from specrag_jax.drafter_data.records import passages_by_source, read_records, replay_examples
     from specrag_jax.models.text_model import TextModel
-    from specrag_jax.pipeline.drafter_records import passages_by_source, read_records, replay_examples
 
     records = [r for path in args.replay for r in read_records(path)]
     passages = passages_by_source(rows, corpus)
@@ -146,12 +146,12 @@ def drafter_data_main(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from specrag_jax.drafter_data.examples import DrafterDataBuilder
+    from specrag_jax.drafter_data.records import passages_by_source, record_lines, records_from_examples
+    from specrag_jax.drafter_data.synthetic_questions import synthetic_rows
     from specrag_jax.models.text_model import TextModel
     from specrag_jax.pipeline.clustering import clustered_subsets
-    from specrag_jax.pipeline.drafter_data import DrafterDataBuilder
-    from specrag_jax.pipeline.drafter_records import passages_by_source, record_lines, records_from_examples
     from specrag_jax.pipeline.factory import lexical_search
-    from specrag_jax.pipeline.synthetic_questions import synthetic_rows
     from specrag_jax.retrieval import Embedder, LexicalIndex
 
     if min(args.k, args.m, args.max_doc_tokens, args.max_tokens, args.n_docs) < 1 or args.offset < 0:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline.holdout import CALIBRATION_FRACTION, heldout_indices, split_rows
+from specrag_jax.evaluation.holdout import CALIBRATION_FRACTION, heldout_indices, split_rows
 
 
 def _rows(counts: dict[str, int]) -> list[dict]:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline.datasets import detect_format, load_rows
-from specrag_jax.pipeline.evaluation import load_questions
+from specrag_jax.evaluation.datasets import detect_format, load_rows
+from specrag_jax.evaluation.run import load_questions
 
-MINI = Path(__file__).resolve().parents[1] / "data" / "mini_eval.jsonl"
+MINI = Path(__file__).resolve().parents[2] / "pipeline" / "data" / "mini_eval.jsonl"
 
 
 def _write(tmp_path: Path, rows: list, name: str = "data.jsonl", array: bool = False) -> Path:

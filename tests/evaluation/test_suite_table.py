@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrag_jax.pipeline.datasets import Dataset
-from specrag_jax.pipeline.suite import SuiteFile, column_name, file_settings
-from specrag_jax.pipeline.suite_table import PAPER, build_table, table_markdown
+from specrag_jax.evaluation.datasets import Dataset
+from specrag_jax.evaluation.suite import SuiteFile, column_name, file_settings
+from specrag_jax.evaluation.suite_table import PAPER, build_table, table_markdown
 
 
 def _results(**methods: tuple[float, float]) -> dict:

@@ -3,7 +3,14 @@ is_supporting}]`` (every paragraph becomes a passage, in order)."""
 
 from __future__ import annotations
 
-from specrag_jax.pipeline.datasets.fields import answer_list, answer_text, first_text, passages, question_id, row_error
+from specrag_jax.evaluation.datasets.fields import (
+    answer_list,
+    answer_text,
+    first_text,
+    passages,
+    question_id,
+    row_error,
+)
 
 FIELDS = ("paragraphs", "answer_aliases")
 

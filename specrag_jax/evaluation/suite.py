@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline.datasets import Dataset, load_rows, task_defaults
-from specrag_jax.pipeline.evaluation import evaluate
+from specrag_jax.evaluation.datasets import Dataset, load_rows, task_defaults
+from specrag_jax.evaluation.run import evaluate
 from specrag_jax.pipeline.specrag import SpecRAG
 
 SUFFIXES = (".jsonl", ".json")

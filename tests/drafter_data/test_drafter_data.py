@@ -8,8 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from specrag_jax.cli import main as cli_main
-from specrag_jax.errors import SpecRagError
-from specrag_jax.pipeline.drafter_data import (
+from specrag_jax.drafter_data.examples import (
     CHECKS,
     NOT_HELD,
     DrafterDataBuilder,
@@ -18,14 +17,15 @@ from specrag_jax.pipeline.drafter_data import (
     rationale_checks,
     teacher_prompt,
 )
-from specrag_jax.pipeline.drafting import draft_prompts
-from specrag_jax.pipeline.prompts import occurs_in_passages
-from specrag_jax.pipeline.synthetic_questions import (
+from specrag_jax.drafter_data.synthetic_questions import (
     answer_in_question,
     grounded,
     parse_question_answer,
     synthetic_rows,
 )
+from specrag_jax.errors import SpecRagError
+from specrag_jax.pipeline.drafting import draft_prompts
+from specrag_jax.pipeline.prompts import occurs_in_passages
 
 ROW = {
     "question": "Who wrote Hamlet?",

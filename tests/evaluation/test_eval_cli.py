@@ -10,9 +10,9 @@ import pytest
 from specrag_jax.cli import main
 from specrag_jax.models.speculative.tree import default_tree_budget
 from specrag_jax.pipeline.selection import SELECTIONS
-from tests.pipeline.conftest import SMOL_EVAL_METHODS
+from tests.evaluation.conftest import SMOL_EVAL_METHODS
 
-DATA = Path(__file__).parent / "data" / "mini_eval.jsonl"
+DATA = Path(__file__).parents[1] / "pipeline" / "data" / "mini_eval.jsonl"
 
 
 @pytest.mark.slow

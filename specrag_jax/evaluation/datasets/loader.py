@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Callable
 
 from specrag_jax.errors import SpecRagError
+from specrag_jax.evaluation.datasets import musique, rqa_reader, selfrag
+from specrag_jax.evaluation.datasets.records import iter_records
+from specrag_jax.evaluation.datasets.tasks import get_task
 from specrag_jax.pipeline.closed_set import closed_set
-from specrag_jax.pipeline.datasets import musique, rqa_reader, selfrag
-from specrag_jax.pipeline.datasets.records import iter_records
-from specrag_jax.pipeline.datasets.tasks import get_task
 
 Reader = Callable[[dict, str, str | None], dict]
 READERS: dict[str, Reader] = {

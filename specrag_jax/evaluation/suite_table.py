@@ -8,7 +8,7 @@ import os
 import platform
 from typing import Any, Sequence
 
-from specrag_jax.pipeline.suite import SuiteFile
+from specrag_jax.evaluation.suite import SuiteFile
 
 # Speculative RAG (Wang et al. 2024), Table 1, accuracy (%): standard RAG with Mixtral-8x7B; Speculative RAG with the
 # Mistral-7B drafter (M_Drafter-7B) and the Mixtral-8x7B verifier; the drafter alone. None: not reported.
