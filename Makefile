@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 QUESTION ?= How do I leave a loop early in Python?
 # Test processes: two keep both cores of a 2-core machine busy while one compiles. The Qwen parity file's process
-# peaks at 15 GB and two workers at 19.4-21.0 GB of 24 (stops 40-41), so add workers only with the memory for them
+# peaks at 15 GB and two workers at 19.4-21.0 GB of 24, so add workers only with the memory for them
 # (TEST_WORKERS=0 runs the suite in this process).
 TEST_WORKERS ?= 2
 
