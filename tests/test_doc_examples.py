@@ -40,6 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import httpx
 import pytest
@@ -215,6 +216,19 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _shut_down(runner: Session | Server, ask: Callable[[], None]) -> None:
+    """Stop ``runner``'s subprocess (``ask`` it to end, wait up to 60 s, then kill it); close its log and folder."""
+    if runner.proc.poll() is None:
+        ask()
+        try:
+            runner.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            runner.proc.kill()
+            runner.proc.wait()
+    runner.log.close()
+    runner.dir.cleanup()
+
+
 class Session:
     """One subprocess and its namespace: the blocks of one file (or one server block)."""
 
@@ -265,15 +279,7 @@ class Session:
         return reply["stdout"]
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        self.dir.cleanup()
+        _shut_down(self, ask=self.proc.stdin.close)  # end of input ends the DRIVER loop
 
 
 def _free_port() -> int:
@@ -318,15 +324,7 @@ class Server:
         return self.log.read()[-4000:]
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        self.dir.cleanup()
+        _shut_down(self, ask=self.proc.terminate)
 
 
 @pytest.fixture(scope="module")

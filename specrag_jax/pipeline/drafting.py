@@ -48,9 +48,22 @@ class Draft:
     # does the answer occur in the draft's own passages (``prompts.occurs_in_passages``)? None: not checked
     # (closed-set labels, or drafts recorded before the check existed)
     grounded: bool | None = None
+    # the drafter's own token ids of the rationale and the answer (None: their text is not what the ids decode to);
+    # a verifier with the same vocabulary reads them as they are (``shared_ids``)
+    rationale_ids: list[int] | None = None
+    answer_ids: list[int] | None = None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The draft's fields, without the token ids (the text says the same)."""
+        out = dataclasses.asdict(self)
+        del out["rationale_ids"], out["answer_ids"]
+        return out
+
+    def shared_ids(self) -> tuple[list[int], list[int]] | None:
+        """(rationale ids, answer ids) as the drafter wrote them, when both are known."""
+        if self.rationale_ids is None or self.answer_ids is None:
+            return None
+        return self.rationale_ids, self.answer_ids
 
 
 def split_chat_prompt(model: TextModel, prefix: str, suffix: str) -> tuple[list[int], list[int]]:
@@ -110,6 +123,17 @@ def _kept(model: TextModel, token_ids: list[int], logprobs: list[float]) -> tupl
     return first_line(model.tokenizer.decode(token_ids[:n])), float(sum(logprobs[:n])), n
 
 
+def _text_ids(model: TextModel, token_ids: list[int]) -> list[int]:
+    """The ids of the first line, without the token that ends it."""
+    return list(token_ids[: _line_end(model, token_ids)])
+
+
+def _ids_of(model: TextModel, ids: list[int], text: str) -> list[int] | None:
+    """``ids`` when they decode to ``text`` (surrounding space aside), else None: the draft's text was cut from them
+    (a '##' section, a blank first line) and only re-encoding the text says what it holds."""
+    return ids if ids and model.tokenizer.decode(ids).strip() == text else None
+
+
 def draft_prompts(
     drafter: TextModel, question: str, subsets: Sequence[Sequence[dict]], closed: ClosedSet | None = None
 ) -> tuple[list[int], list[list[int]]]:
@@ -142,6 +166,7 @@ def write_drafts(
     prefix_ids, suffixes = draft_prompts(drafter, question, subsets, closed)
     response_ids = drafter.tokenizer.encode("\n" + RESPONSE_TAG, add_bos=False)
     rationales: dict[int, tuple[str, float, int]] = {}
+    rationale_ids: dict[int, list[int]] = {}
     refed: dict[int, int] = {}  # phase-2 tokens to prefill beyond the forced tag (a kept token never fed back)
 
     def between(_phase: int, row: int, res) -> tuple[int, list[int]]:
@@ -152,6 +177,7 @@ def write_drafts(
             float(sum(res.logprobs[:keep])),
             keep,
         )
+        rationale_ids[row] = list(res.token_ids[:keep])
         refed[row] = int(keep == len(res.token_ids))
         return keep, response_ids
 
@@ -180,6 +206,8 @@ def write_drafts(
                 draft_logprob=lp1 + lp2,
                 draft_tokens=n1 + n2,
                 grounded=None if closed is not None else bool(rat and ans) and occurs_in_passages(ans, subset),
+                rationale_ids=_ids_of(drafter, rationale_ids[i], rat),
+                answer_ids=None if closed is not None else _ids_of(drafter, _text_ids(drafter, res.token_ids), ans),
             )
         )
     shared = phase1[0].shared_prefix_tokens if phase1 else 0

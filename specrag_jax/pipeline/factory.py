@@ -12,8 +12,10 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.models.config import ModelConfig
 from specrag_jax.models.deferred_model import DeferredTextModel
 from specrag_jax.models.text_model import TextModel
+from specrag_jax.models.tokenizer.load import load_tokenizer
 from specrag_jax.pipeline.clustering import subset_sampler
 from specrag_jax.pipeline.reranking import Scorer
+from specrag_jax.pipeline.shared_vocab import require_same_vocabulary
 from specrag_jax.pipeline.specrag import RAGConfig, SearchFn, SpecRAG
 from specrag_jax.rerank.kv_store import DocKVStore
 from specrag_jax.rerank.reranker import Reranker
@@ -103,6 +105,8 @@ def build_specrag(
     path never loads it) unless it reranks or embeds for clustering, which need it at once."""
     config = config or RAGConfig()
     config.check()
+    if config.shared_vocab == "require":  # before any weights load: the tokenizers alone decide
+        require_same_vocabulary(drafter, load_tokenizer(drafter), verifier, load_tokenizer(verifier))
     custom = drafter_transform is not None
     adapter = None if custom else default_adapter(drafter, drafter_adapter)
     drafter_transform = drafter_transform or adapter_transform(drafter, adapter)  # checks the name before loading

@@ -36,12 +36,20 @@ def needs_drafts(proposer: str) -> bool:
     return proposer in ("drafts", "both")
 
 
-def draft_token_streams(tokenizer: Tokenizer, drafts: Sequence[Draft]) -> list[list[int]]:
+def draft_token_streams(tokenizer: Tokenizer, drafts: Sequence[Draft], shared: bool = False) -> list[list[int]]:
     """Each draft's answer and rationale as verifier token ids, with and without a leading space (a word
-    starts a token differently at the start of a reply and after other words)."""
+    starts a token differently at the start of a reply and after other words). ``shared``: the drafter shares the
+    verifier's vocabulary, so a draft's own ids are used as they are (a draft without them is re-encoded)."""
     streams: list[list[int]] = []
     seen: set[tuple[int, ...]] = set()
     for d in drafts:
+        own = d.shared_ids() if shared else None
+        if own is not None:
+            for ids in (own[1], own[0]):
+                if ids and tuple(ids) not in seen:
+                    seen.add(tuple(ids))
+                    streams.append(list(ids))
+            continue
         for text in (d.answer, d.rationale):
             text = (text or "").strip()
             for variant in (text, " " + text):
@@ -53,13 +61,18 @@ def draft_token_streams(tokenizer: Tokenizer, drafts: Sequence[Draft]) -> list[l
 
 
 def lossless_speculation(
-    tokenizer: Tokenizer, drafts: Sequence[Draft], proposer: str = "both", budget: int | None = None
+    tokenizer: Tokenizer,
+    drafts: Sequence[Draft],
+    proposer: str = "both",
+    budget: int | None = None,
+    shared: bool = False,
 ) -> Speculation:
     """The verifier's ``Speculation`` for one answer: ``proposer`` (ngram, drafts, both) over these drafts, trees of
-    up to ``budget`` tokens (default: the platform's, ``tree.default_tree_budget``)."""
+    up to ``budget`` tokens (default: the platform's, ``tree.default_tree_budget``); ``shared``: the drafts' own
+    token ids are proposed as they are (``draft_token_streams``)."""
     budget = default_tree_budget() if budget is None else budget
     check_lossless(proposer, budget)
-    streams = draft_token_streams(tokenizer, drafts) if needs_drafts(proposer) else []
+    streams = draft_token_streams(tokenizer, drafts, shared) if needs_drafts(proposer) else []
     return Speculation(make_proposer(proposer, streams), budget)
 
 

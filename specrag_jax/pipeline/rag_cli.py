@@ -26,6 +26,7 @@ def add_rag_options(p: argparse.ArgumentParser) -> None:
         DEFAULT_SELECTION,
         DEFAULT_TAU_MIN,
     )
+    from specrag_jax.pipeline.shared_vocab import SHARED_VOCAB_MODES
 
     p.add_argument("--drafter", default=DEFAULT_DRAFTER)
     p.add_argument(
@@ -58,6 +59,13 @@ def add_rag_options(p: argparse.ArgumentParser) -> None:
         choices=ANSWER_STOPS,
         help="turn: the whole reply, up to the verifier's end of turn; line: its first line (the paper's short "
         "answers, eval's default)",
+    )
+    p.add_argument(
+        "--shared-vocab",
+        default="auto",
+        choices=SHARED_VOCAB_MODES,
+        help="drafts as the drafter's token ids when it shares the verifier's vocabulary (auto), always (require: "
+        "an error when it does not) or never (off: re-tokenise the drafts' text)",
     )
     p.add_argument("--normalize", default="mean", choices=["sum", "mean"], help="score: raw or per-token mean")
     p.add_argument("--terms", default="draft,sc,sr", help="rho's score terms (ablations), e.g. draft,sc")
@@ -198,6 +206,7 @@ def rag_config_from_args(args: argparse.Namespace):
         k=args.k,
         max_answer_tokens=args.max_answer_tokens,
         answer_stop=args.answer_stop,
+        shared_vocab=args.shared_vocab,
         scores=scores,
         selection=args.selection,
         tau_min=parse_tau(args.tau_min),

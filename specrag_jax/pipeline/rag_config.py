@@ -12,6 +12,7 @@ from specrag_jax.pipeline.progressive import check_progressive
 from specrag_jax.pipeline.reranking import check_rerank
 from specrag_jax.pipeline.router import check_router
 from specrag_jax.pipeline.selection import ScoreOptions, check_selection
+from specrag_jax.pipeline.shared_vocab import check_shared_vocab
 from specrag_jax.pipeline.verifier_prompts import check_prompt_form
 
 # the cascade's defaults, chosen on the train-calibrate split with a drafter that never saw it
@@ -76,6 +77,9 @@ class RAGConfig:
     # RAG it accepts, and how much faster than the exact path it must be expected to be (a fraction)
     router_max_loss: float = 0.0
     router_margin: float = 0.0
+    # drafts as the drafter's token ids when it shares the verifier's vocabulary (pipeline/shared_vocab.py):
+    # "auto" | "require" (an error at build when the vocabularies differ) | "off" (always re-tokenise the text)
+    shared_vocab: str = "auto"
 
     def check(self) -> None:
         if self.n_docs < 1:
@@ -95,5 +99,6 @@ class RAGConfig:
         check_rerank(self.rerank, self.reranker, self.n_coarse, self.rerank_group, self.rerank_patience)
         check_progressive(self.progressive_prefill, self.rerank, self.rerank_patience)
         check_router(self.router_max_loss, self.router_margin)
+        check_shared_vocab(self.shared_vocab)
         if self.tau_min is not None and not 0.0 <= self.tau_min <= 1.0:
             raise SpecRagError(f"tau_min must be in [0, 1] (got {self.tau_min})")

@@ -51,7 +51,8 @@ from specrag_jax.pipeline.selection import (
     selection_for,
     selection_scores,
 )
-from specrag_jax.pipeline.verification import verify_drafts
+from specrag_jax.pipeline.shared_vocab import uses_shared_ids
+from specrag_jax.pipeline.verification import verification_passes
 from specrag_jax.pipeline.verifier_prompts import answer_prompt, use_chat
 from specrag_jax.progress import NO_PROGRESS, Progress
 
@@ -86,6 +87,8 @@ class SpecRAG:
             )
         self._progressive = ProgressivePrefill(self, "", ())  # replaced per question (pipeline/progressive.py)
         self.drafter_adapter: str | None = None  # the adapter merged into the drafter (build_specrag sets it)
+        if self.config.shared_vocab == "require":  # a one-line error now, not at the first question
+            uses_shared_ids(drafter, verifier, "require")
         self._on_text: Callable[[str], None] | None = None  # answer(on_text=...) while it runs
         self._streamed: AnswerStream | None = None  # the answer that went to _on_text
 
@@ -203,6 +206,11 @@ class SpecRAG:
         return use_chat(self.config.verifier_prompt, getattr(self.verifier, "instruct", False))
 
     # ------------------------------------------------------------------ stages
+    @property
+    def shared_ids(self) -> bool:
+        """Drafts travel as the drafter's token ids (it shares the verifier's vocabulary; ``config.shared_vocab``)."""
+        return uses_shared_ids(self.drafter, self.verifier, self.config.shared_vocab)
+
     def _report_answer(self, stage: str, trace: dict, more: str = "") -> None:
         self.progress.end(
             stage,
@@ -269,7 +277,11 @@ class SpecRAG:
         speculation = None
         if drafts is not None:
             speculation = lossless_speculation(
-                self.verifier.tokenizer, drafts, proposer or self.config.proposer, self.config.tree_budget
+                self.verifier.tokenizer,
+                drafts,
+                proposer or self.config.proposer,
+                self.config.tree_budget,
+                bool(drafts) and self.shared_ids,
             )
         stream = None
         if self._on_text is not None and closed is None:  # only one of answer()'s answers is generated here
@@ -467,25 +479,16 @@ class SpecRAG:
         """Run the verification passes asked for on ``drafts`` (``plain``: question + draft, rho's terms;
         ``evidence``: each draft's own passages from ``docs`` + draft); their stage times go into ``trace``
         (``closed_set``: the question's choices, as in ``answer``)."""
-        if plain:
-            self.progress.start("verification")
-            trace.update(verify_drafts(self.verifier, question, drafts, chat=self.verifier_chat, closed=closed_set))
-            self.progress.end(
-                "verification",
-                trace.get("verification_s", 0.0),
-                f"{len(drafts)} drafts, {trace.get('verifier_tree_tokens', 0)} tree tokens",
-            )
-        if evidence:
-            by_id = {str(d["id"]): d for d in docs}
-            passages = [[by_id[str(i)] for i in d.doc_ids if str(i) in by_id] for d in drafts]
-            self.progress.start("evidence verification")
-            trace.update(
-                verify_drafts(
-                    self.verifier, question, drafts, chat=self.verifier_chat, evidence=passages, closed=closed_set
-                )
-            )
-            self.progress.end(
-                "evidence verification",
-                trace.get("evidence_verification_s", 0.0),
-                f"{len(drafts)} drafts with their passages, {trace.get('evidence_tree_tokens', 0)} tree tokens",
-            )
+        verification_passes(
+            self.verifier,
+            self.progress,
+            question,
+            docs,
+            drafts,
+            trace,
+            chat=self.verifier_chat,
+            shared_ids=self.shared_ids,
+            plain=plain,
+            evidence=evidence,
+            closed=closed_set,
+        )

@@ -26,17 +26,26 @@ from specrag_jax.pipeline.closed_set import ClosedSet
 from specrag_jax.pipeline.drafting import Draft
 from specrag_jax.pipeline.prompts import RATIONALE_TAG, RESPONSE_TAG, evidence_block
 from specrag_jax.pipeline.verifier_prompts import evidence_scoring_prompt, scoring_prompt
+from specrag_jax.progress import Progress
 
 
-def _branch(tok, draft: Draft, fixed: dict[str, list[int]], head: list[int] = ()) -> tuple[list[int], list[int], int]:
+def _branch(
+    tok, draft: Draft, fixed: dict[str, list[int]], head: list[int] = (), shared: bool = False
+) -> tuple[list[int], list[int], int]:
     """Branch ids, indices of the scored (rationale and answer) tokens, and the index of the "Yes" token
-    (``fixed``: the ids of the pieces every branch shares, encoded once; ``head``: the branch's own passages)."""
+    (``fixed``: the ids of the pieces every branch shares, encoded once; ``head``: the branch's own passages;
+    ``shared``: the drafter's own ids where the draft has them, not its text re-encoded)."""
+    own = draft.shared_ids() if shared else None
+    rationale, answer = own or (
+        tok.encode(" " + draft.rationale, add_bos=False),
+        tok.encode(" " + draft.answer, add_bos=False),
+    )
     pieces = [
         (list(head), False),
         (fixed["rationale"], False),
-        (tok.encode(" " + draft.rationale, add_bos=False), True),
+        (list(rationale), True),
         (fixed["response"], False),
-        (tok.encode(" " + draft.answer, add_bos=False), True),
+        (list(answer), True),
         (fixed["after"], False),
     ]
     ids: list[int] = []
@@ -57,13 +66,15 @@ def verify_drafts(
     chat: bool = False,
     evidence: Sequence[Sequence[dict]] | None = None,
     closed: ClosedSet | None = None,
+    shared_ids: bool = False,
 ) -> dict:
     """Score every draft in one packed pass: ``sc_logprob``/``sc_tokens``/``sr_logprob``/``sr_no_logprob``, or
     with ``evidence`` (each draft's passages) ``ev_sc_logprob``/``ev_sc_tokens``/``ev_sr_logprob``/
     ``ev_sr_no_logprob``. Returns the stage's trace entries.
 
     ``chat``: the question, each draft and the reflection prompt as chat turns (see verifier_prompts); ``closed``:
-    a closed-set question's choices/instruction follow the question in the prefix (each draft's answer is its label)."""
+    a closed-set question's choices/instruction follow the question in the prefix (each draft's answer is its label);
+    ``shared_ids``: the drafter shares the verifier's vocabulary, so drafts go into the tree as the drafter's ids."""
     t0, compile_start = time.perf_counter(), thread_compile_stats()
     if evidence is not None and len(evidence) != len(drafts):
         raise SpecRagError(
@@ -91,7 +102,7 @@ def verify_drafts(
     spans = []
     longest = 0
     for d, head in zip(drafts, heads):
-        ids, scored, yes_index = _branch(tok, d, fixed, head)
+        ids, scored, yes_index = _branch(tok, d, fixed, head, shared_ids)
         longest = max(longest, len(ids))
         start = len(tokens)
         for i, t in enumerate(ids):
@@ -136,3 +147,43 @@ def verify_drafts(
         "evidence_scored_rows": len(set(rows)),
         "evidence_prefix_cached_tokens": counts.get("cached_tokens", 0),
     }
+
+
+def verification_passes(
+    verifier: TextModel,
+    progress: Progress,
+    question: str,
+    docs: list[dict],
+    drafts: Sequence[Draft],
+    trace: dict,
+    *,
+    chat: bool,
+    shared_ids: bool = False,
+    plain: bool = True,
+    evidence: bool = False,
+    closed: ClosedSet | None = None,
+) -> None:
+    """The passes a selection needs on ``drafts`` (``plain``: question + draft, rho's terms; ``evidence``: each
+    draft's own passages from ``docs`` + draft), each reported to ``progress``; their entries go into ``trace``."""
+    if plain:
+        progress.start("verification")
+        trace.update(verify_drafts(verifier, question, drafts, chat=chat, closed=closed, shared_ids=shared_ids))
+        progress.end(
+            "verification",
+            trace.get("verification_s", 0.0),
+            f"{len(drafts)} drafts, {trace.get('verifier_tree_tokens', 0)} tree tokens",
+        )
+    if evidence:
+        by_id = {str(d["id"]): d for d in docs}
+        passages = [[by_id[str(i)] for i in d.doc_ids if str(i) in by_id] for d in drafts]
+        progress.start("evidence verification")
+        trace.update(
+            verify_drafts(
+                verifier, question, drafts, chat=chat, evidence=passages, closed=closed, shared_ids=shared_ids
+            )
+        )
+        progress.end(
+            "evidence verification",
+            trace.get("evidence_verification_s", 0.0),
+            f"{len(drafts)} drafts with their passages, {trace.get('evidence_tree_tokens', 0)} tree tokens",
+        )

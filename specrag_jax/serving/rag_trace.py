@@ -167,6 +167,9 @@ class RagTrace(TypedDict, total=False):
     verifier_prefill_tokens: Annotated[Count, Field(description="prompt tokens of the verifier's answer")]
     verifier_decode_tokens: Annotated[Count, Field(description="tokens the verifier generated for its answer")]
     verifier_decode_s: Annotated[float, Field(description="seconds the verifier spent decoding its answer")]
+    answer_cut: Annotated[
+        bool, Field(description="the answer budget ended the verifier's answer (not its end of turn or line)")
+    ]
     verifier_prefill_compile_s: Annotated[
         float, Field(description="of the answer's prefill, one-time XLA compilation on the engine's thread")
     ]

@@ -1,0 +1,10 @@
+"""The cell formats and model paths the claims of several sections share (``report_text.fmt`` patterns)."""
+
+QWEN = "models/qwen2.5-coder-1.5b-instruct"
+S2 = "{:.2f} s"
+S1 = "{:.1f} s"
+MS = "{:.1f} ms"
+X2 = "{:.2f}x"
+F2 = "{:.2f}"
+F3 = "{:.3f}"
+P0 = "{:.0%}"
