@@ -7,12 +7,16 @@ tokens, faster), e.g.::
         --answer-stop turn --max-answer-tokens 512 --out benchmarks/results/eval_dev100_answers
     specrag ask "How do I leave a loop early in Python?" --json > /tmp/make_run_answer.json
     python benchmarks/answer_length.py --data ../shared/data/retrievalqa_dev.jsonl \\
-        --predictions benchmarks/results/eval_dev100_answers/predictions.jsonl --ask /tmp/make_run_answer.json
+        --predictions benchmarks/results/eval_dev100_answers/predictions.jsonl --ask /tmp/make_run_answer.json \\
+        --also /tmp/python_q*.json  # each beside a .txt holding its question
 
-The budget is chosen on the train split (the smallest candidate no train answer reaches); the share of answers the
-budget cuts is reported on the held-out split and the whole dev set, beside the paper's short-answer setting (the
+The budget is chosen on the train split: the smallest candidate at least twice the longest train answer (a cap, not a
+length: an answer ends at its end of turn, and the margin is for questions unlike the train split's, such as the
+built-in corpus's Python questions, whose answers hold code). The share of answers it cuts is reported on the
+held-out split and the whole dev set, beside the paper's short-answer setting (the
 first line in 32 tokens; its cut share is the share of answers whose first line takes 32 tokens or more, counted by
-re-encoding that line with the verifier's tokenizer). ``make run``'s answer (``--ask``) is reported the same way.
+re-encoding that line with the verifier's tokenizer). ``make run``'s answer (``--ask``) and further questions over
+the built-in corpus (``--also``: ``specrag ask --json --max-answer-tokens 512`` outputs) are reported the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from specrag_jax.pipeline.prompts import first_line
 from specrag_jax.pipeline.rag_config import PAPER_ANSWER_TOKENS
 
 CANDIDATES = (64, 96, 128, 192, 256, 384, 512)
+MARGIN = 2  # the budget is at least this many times the longest train answer
 SENTENCE_END = (".", "!", "?", ":", "`", ")", '"', "'")
 
 
@@ -72,11 +77,26 @@ def summary(rows: list[dict]) -> dict:
     }
 
 
+def asked(path: Path, tok) -> dict:
+    """One ``specrag ask --json`` output's answer, path and lengths (its question from ``<name>.txt`` beside it)."""
+    ask = json.loads(path.read_text())
+    trace = ask["trace"]
+    question = path.with_suffix(".txt")
+    return {
+        "question": question.read_text().strip() if question.exists() else None,
+        "answer": ask["answer"],
+        "path": trace.get("path"),
+        "total_s": trace.get("total_s"),
+        **answer_row(ask["answer"], int(trace["verifier_decode_tokens"]), bool(trace["answer_cut"]), tok),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="the dev file the eval ran on (for the split)")
     parser.add_argument("--predictions", required=True, help="the eval's predictions.jsonl (one method)")
     parser.add_argument("--ask", default=None, help="`specrag ask --json` output of make run's question")
+    parser.add_argument("--also", nargs="*", default=[], help="more `specrag ask --json` outputs (built-in corpus)")
     parser.add_argument("--verifier", default=DEFAULT_VERIFIER)
     parser.add_argument("--out", default=str(RESULTS_DIR / "answer_length.json"))
     args = parser.parse_args()
@@ -90,14 +110,15 @@ def main() -> int:
     for p in preds:
         row = answer_row(p["answer"], int(p["answer_tokens"]), bool(p["answer_cut"]), tok)
         split["heldout" if str(p["question_id"]) in held else "train"].append(row)
-    train_ok = [b for b in CANDIDATES if share_cut(split["train"], b) == 0.0]
-    budget = train_ok[0] if train_ok else CANDIDATES[-1]
+    longest = max(r["tokens"] for r in split["train"])
+    budget = min((b for b in CANDIDATES if b >= MARGIN * longest), default=CANDIDATES[-1])
     out = {
         **run_header(),
         "predictions": args.predictions,
         "candidates": list(CANDIDATES),
         "chosen_budget": budget,
         "chosen_on": "train",
+        "rule": f"the smallest candidate >= {MARGIN} x the longest train answer ({longest} tokens)",
         "splits": {name: summary(r) for name, r in split.items() if r},
         "dev": summary(split["train"] + split["heldout"]),
     }
@@ -105,13 +126,13 @@ def main() -> int:
         s = out["splits"].get(name) or out[name]
         s["cut_at_chosen"] = s["cut_by_budget"][str(budget)]
     if args.ask:
-        ask = json.loads(Path(args.ask).read_text())
-        trace = ask["trace"]
-        out["make_run"] = {
-            "answer": ask["answer"],
-            "path": trace.get("path"),
-            "total_s": trace.get("total_s"),
-            **answer_row(ask["answer"], int(trace["verifier_decode_tokens"]), bool(trace["answer_cut"]), tok),
+        out["make_run"] = asked(Path(args.ask), tok)
+    if args.also:
+        rows_also = [asked(Path(f), tok) for f in args.also]
+        out["builtin_corpus"] = {
+            "questions": rows_also,
+            "max_tokens": max(r["tokens"] for r in rows_also),
+            "cut_at_chosen": share_cut(rows_also, budget),
         }
     write_results(args.out, out)
     print(json.dumps({k: out[k] for k in ("chosen_budget", "splits", "dev")}, indent=1))

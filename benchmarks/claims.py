@@ -8,6 +8,7 @@ not kept (git keeps it); docs/benchmarks.md lists the scripts that write these f
 
 from __future__ import annotations
 
+from benchmarks.claim_sections.answers import ANSWERS
 from benchmarks.claim_sections.cascade import CASCADE
 from benchmarks.claim_sections.defaults import DEFAULTS
 from benchmarks.claim_sections.drafter import DRAFTER
@@ -21,4 +22,18 @@ from benchmarks.claim_sections.serving import SERVING
 from benchmarks.claim_sections.sharding import SHARDING
 from benchmarks.claim_sections.suite import SUITE
 
-SECTIONS = (ROUTER, CASCADE, DEFAULTS, DRAFTER, LOSSLESS, RERANK, ENGINE, ROOFLINE, LOADING, SERVING, SHARDING, SUITE)
+SECTIONS = (
+    ROUTER,
+    ANSWERS,
+    CASCADE,
+    DEFAULTS,
+    DRAFTER,
+    LOSSLESS,
+    RERANK,
+    ENGINE,
+    ROOFLINE,
+    LOADING,
+    SERVING,
+    SHARDING,
+    SUITE,
+)
