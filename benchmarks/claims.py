@@ -20,6 +20,7 @@ from benchmarks.claim_sections.roofline import ROOFLINE
 from benchmarks.claim_sections.router import ROUTER
 from benchmarks.claim_sections.serving import SERVING
 from benchmarks.claim_sections.sharding import SHARDING
+from benchmarks.claim_sections.sibling import SIBLING
 from benchmarks.claim_sections.suite import SUITE
 
 SECTIONS = (
@@ -28,6 +29,7 @@ SECTIONS = (
     CASCADE,
     DEFAULTS,
     DRAFTER,
+    SIBLING,
     LOSSLESS,
     RERANK,
     ENGINE,

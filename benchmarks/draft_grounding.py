@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -62,8 +63,20 @@ def grounding(predictions: list[dict], rows: dict[str, dict]) -> dict:
         for m in ("random_draft", "drafter_only")
         if any(p["method"] == m for p in predictions)
     }
+    drafts = [d for p in drafting for d in p["drafts"]]
+    seconds = [p["stages_s"]["drafting_s"] for p in drafting if "drafting_s" in p.get("stages_s", {})]
+    # a drafts-only method's latency: retrieval, clustering and drafting without one-time compilation
+    draft_latency = [p["latency_s"] for p in predictions if p["method"] == "random_draft"]
+    # lossless decoding over the drafts (--methods lossless): tokens a verifier step emits, over every question
+    spec = [p["speculation"]["counts"] for p in predictions if p["method"] == "lossless" and p.get("speculation")]
     return {
         "questions": len(drafting),
+        "drafts": len(drafts),
+        "drafts_parsed": sum(bool(d.get("parsed", True)) for d in drafts),
+        # seconds of drafting per question, the median (the first question's one-time compilation aside)
+        "drafting_s_median": statistics.median(seconds) if seconds else None,
+        "draft_latency_s": statistics.fmean(draft_latency) if draft_latency else None,
+        "lossless_tokens_per_step": sum(c["emitted"] for c in spec) / sum(c["steps"] for c in spec) if spec else None,
         "drafts_right": counts[True][1] + counts[False][1],
         "oracle": oracle,
         **{f"{m}_right": n for m, n in baselines.items()},

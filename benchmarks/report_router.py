@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchmarks.claim_sections.sibling import SIBLING_FILE, sibling_runs
 from benchmarks.report_eval_runs import split_breakdown
 from benchmarks.report_provenance import provenance
 from benchmarks.report_source import Source, get
@@ -152,5 +153,10 @@ def readme_block(src: Source) -> str:
         *long_context_lines(src),
         "",
         long_context_summary(src),
+        "",
+        f"**The drafter** ({_run_facts(src, SIBLING_FILE)}; drafts per split, the verifier's sibling against the tuned "
+        "SmolLM2; the train-calibrate split decides, per second of drafting):",
+        "",
+        *sibling_runs(src, SIBLING_FILE),
     ]
     return "\n".join(wrap(lines)) + "\n"
