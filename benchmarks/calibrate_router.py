@@ -6,7 +6,9 @@ Inputs are stored results, so the fit needs no model pass:
   acceptance predictor (``route_predictor``) and give the workload averages (answer and draft lengths, tokens per
   step of the fallback, the share of questions verified); ``--results``: the same eval's results.json (tree tokens);
 - ``--roofline``: ``benchmarks/roofline.py``'s results (each stage's measured / bound on this CPU);
-- ``--ngram``: ``benchmarks/speculative.py``'s results (lossless mode with n-gram proposals: tokens per step).
+- ``--ngram``: ``benchmarks/speculative.py``'s results (lossless mode with n-gram proposals: tokens per step);
+- ``--answers``: an eval with ``--answer-stop turn`` (``eval_dev100_answers``): the length of an answer to the end
+  of turn, what ``ask`` and the API decode (``Workload.turn_answer_tokens``).
 
 The features are computed from the data file's passages as the pipeline reads them (the first ``n_docs``, each
 cut to ``max_doc_tokens`` drafter tokens). ``--check`` scores the fitted predictor on another eval's held-out rows.
@@ -29,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import RESULTS_DIR, run_header, write_results
+from benchmarks.common import RESULTS_DIR, portable, run_header, write_results
 from specrag_jax.evaluation.holdout import split_rows
 from specrag_jax.evaluation.router_report import cascade_outcome
 from specrag_jax.evaluation.run import load_questions
@@ -73,8 +75,16 @@ def features(rows: list[dict], cfg: RAGConfig) -> dict[str, dict[str, float]]:
     return out
 
 
-def workload(path: Path, results: Path, ngram: Path, ids: set[str]) -> tuple[Workload, dict]:
-    """The averages the router cannot know before drafting, from the train rows of an eval and the n-gram run."""
+def turn_answer_tokens(path: Path, ids: set[str]) -> float:
+    """The mean length of answers to the end of turn (tokens, end of turn included) on the ``ids`` rows of an eval
+    run with ``--answer-stop turn`` (its one method's ``answer_tokens``)."""
+    rows = [p for p in map(json.loads, path.read_text().splitlines()) if p["question_id"] in ids]
+    return statistics.fmean(int(p["answer_tokens"]) for p in rows)
+
+
+def workload(path: Path, results: Path, ngram: Path, answers: Path, ids: set[str]) -> tuple[Workload, dict]:
+    """The averages the router cannot know before drafting, from the train rows of an eval, the n-gram run and a
+    turn-answer eval (``answers``)."""
     spec = [p for p in map(json.loads, path.read_text().splitlines()) if p["method"] == "speculative"]
     spec = [p for p in spec if p["question_id"] in ids]
     fallback = [p["speculation"]["counts"] for p in spec if p["path"] == "fallback" and p.get("speculation")]
@@ -95,6 +105,7 @@ def workload(path: Path, results: Path, ngram: Path, ids: set[str]) -> tuple[Wor
         draft_steps=statistics.fmean(max(ds) for ds in drafts),
         verify_tokens_per_draft=res["tokens"]["verifier_tree_tokens"] / max(verified_all * m, 1),
         verify_rate=len(verified) / len(spec),
+        turn_answer_tokens=turn_answer_tokens(answers, ids),
     )
     counts = {"questions": len(spec), "fallback_answers": len(fallback), "verified": len(verified)}
     return w, counts
@@ -120,6 +131,11 @@ def main() -> int:
     ap.add_argument("--results", default=str(RESULTS_DIR / "eval_dev100_ground" / "results.json"))
     ap.add_argument("--roofline", default=str(RESULTS_DIR / "roofline.json"))
     ap.add_argument("--ngram", default=str(RESULTS_DIR / "speculative_qwen.json"))
+    ap.add_argument(
+        "--answers",
+        default=str(RESULTS_DIR / "eval_dev100_answers" / "predictions.jsonl"),
+        help="an eval run with --answer-stop turn (the answer length ask and the API decode)",
+    )
     ap.add_argument("--check", default=str(RESULTS_DIR / "eval_heldout30_speculative" / "predictions.jsonl"))
     ap.add_argument("--split", default="train", help="the split the predictor is fitted on")
     ap.add_argument(
@@ -144,7 +160,7 @@ def main() -> int:
     loo = {t: {str(g): loo_log_loss([feats[q] for q in train], labels[t], g) for g in grid} for t in TARGETS}
     l2 = {t: min(grid, key=lambda g: loo[t][str(g)]) for t in TARGETS}
     predictor = AcceptancePredictor.fit([feats[q] for q in train], labels, l2)
-    w, counts = workload(Path(args.predictions), Path(args.results), Path(args.ngram), set(train))
+    w, counts = workload(Path(args.predictions), Path(args.results), Path(args.ngram), Path(args.answers), set(train))
     header = run_header()
     source = {
         "command": header["command"],
@@ -155,6 +171,7 @@ def main() -> int:
         "predictions": args.predictions,
         "roofline": args.roofline,
         "ngram": args.ngram,
+        "answers": args.answers,
         "l2": l2,
     }
     calib = RouterCalibration(predictor, w, stage_ratios(Path(args.roofline)), source)
@@ -174,7 +191,7 @@ def main() -> int:
             "observed": (sum(out[q]["accept_right"] for q in ids) - sum(out[q]["accept_standard_right"] for q in ids))
             / len(ids),
         }
-    Path(args.out).write_text(json.dumps(calib.to_dict(), indent=2) + "\n")
+    Path(args.out).write_text(json.dumps(portable(calib.to_dict()), indent=2) + "\n")  # repo-relative paths
     write_results(args.report, report)
     print(json.dumps({"workload": report["workload"], "positives": report["positives"]}, indent=1))
     for name, table in report["calibration"].items():

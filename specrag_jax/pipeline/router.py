@@ -50,7 +50,7 @@ STAGES = ("exact", "drafting", "verification", "fallback")
 class Workload:
     """What is not known before drafting, as averaged over the train split's answers (the calibration file)."""
 
-    answer_tokens: float  # the verifier's answer
+    answer_tokens: float  # the verifier's answer, one line (the paper's short answers: eval)
     exact_tokens_per_step: float  # lossless mode with n-gram proposals: tokens emitted per verifier step
     exact_proposed_per_step: float
     fallback_tokens_per_step: float  # the cascade's fallback (drafts and n-grams as proposals)
@@ -59,6 +59,11 @@ class Workload:
     draft_steps: float  # drafter decode steps (the longest draft of a question)
     verify_tokens_per_draft: float  # verification tree tokens per draft (draft, reflection and answer rows)
     verify_rate: float  # share of the cascade's questions that run verification (the rest fall back early)
+    turn_answer_tokens: float  # the verifier's answer to its end of turn (ask, /v1/rag, the API)
+
+    def for_answers(self, answer_stop: str) -> "Workload":
+        """This workload with the answer length of the answer form (``RAGConfig.answer_stop``)."""
+        return dataclasses.replace(self, answer_tokens=self.turn_answer_tokens) if answer_stop == "turn" else self
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,12 +278,14 @@ def route_counts(
     *,
     max_loss: float = 0.0,
     margin: float = 0.0,
+    answer_stop: str = "line",
 ) -> Route:
     """The decision for these prompt sizes and acceptance on a platform of these peaks (no model pass: a trace's
     ``route`` re-decided for another platform is ``route_counts(PromptCounts(**r["counts"]), r["acceptance"], ...)``,
-    ``route_on``)."""
+    ``route_on``); ``answer_stop``: the answer form whose average length the answer stages decode."""
     calibration = calibration or load_calibration()
-    stages = predict_stages(counts, drafter, verifier, peaks, calibration.ratios(platform), calibration.workload)
+    workload = calibration.workload.for_answers(answer_stop)
+    stages = predict_stages(counts, drafter, verifier, peaks, calibration.ratios(platform), workload)
     verify_rate = calibration.workload.verify_rate
     found = choose(
         stages, acceptance, verify_rate, max_loss=max_loss, margin=margin, platform=platform, peaks=peaks.to_dict()
@@ -298,6 +305,7 @@ def decide(
     closed: ClosedSet | None = None,
     max_loss: float = 0.0,
     margin: float = 0.0,
+    answer_stop: str = "line",
     peaks: MachinePeaks | None = None,
     platform: str | None = None,
     calibration: RouterCalibration | None = None,
@@ -310,7 +318,17 @@ def decide(
     acceptance = calibration.predictor.predict(route_features(question, docs))
     costs = (model_cost(drafter), model_cost(verifier))
     peaks, platform = peaks or platform_peaks(), platform or platform_name()
-    route = route_counts(counts, acceptance, *costs, peaks, platform, calibration, max_loss=max_loss, margin=margin)
+    route = route_counts(
+        counts,
+        acceptance,
+        *costs,
+        peaks,
+        platform,
+        calibration,
+        max_loss=max_loss,
+        margin=margin,
+        answer_stop=answer_stop,
+    )
     return dataclasses.replace(route, decide_s=time.perf_counter() - t)
 
 

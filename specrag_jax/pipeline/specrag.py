@@ -360,7 +360,9 @@ class SpecRAG:
     def _route(self, question: str, docs: list[dict], closed: ClosedSet | None) -> Route:
         """The router's decision for this question (``router.decide`` on the running platform)."""
         cfg = self.config
-        options = dict(m=cfg.m, k=cfg.k, max_loss=cfg.router_max_loss, margin=cfg.router_margin)
+        options = dict(
+            m=cfg.m, k=cfg.k, max_loss=cfg.router_max_loss, margin=cfg.router_margin, answer_stop=cfg.answer_stop
+        )
         route = decide(self.drafter, self.verifier, question, docs, chat=self.verifier_chat, closed=closed, **options)
         self.progress.note(f"route: {route.path}: {route.reason}")
         return route

@@ -177,3 +177,20 @@ def test_the_shipped_calibration_reads_and_a_broken_one_is_a_one_line_error(tmp_
         with pytest.raises(SpecRagError) as err:
             load_calibration(str(bad))
         assert "router calibration" in str(err.value) and "\n" not in str(err.value), d
+
+
+def test_answers_to_the_end_of_turn_are_predicted_longer_than_one_line():
+    """ask's answers (to the end of turn) are costed at their own measured length, eval's at one line's: the answer
+    stages (exact, fallback) cost more, drafting and verification the same."""
+    from specrag_jax.pipeline.router import route_counts
+
+    cal = load_calibration()
+    w = cal.workload
+    assert w.turn_answer_tokens > w.answer_tokens
+    assert w.for_answers("turn").answer_tokens == w.turn_answer_tokens and w.for_answers("line") == w
+    line, turn = (
+        route_counts(TEN_PASSAGES, NEVER, DRAFTER, VERIFIER, THIS_CPU, "cpu", cal, answer_stop=form)
+        for form in ("line", "turn")
+    )
+    assert turn.stages_s["exact"] > line.stages_s["exact"] and turn.stages_s["fallback"] > line.stages_s["fallback"]
+    assert turn.stages_s["drafting"] == line.stages_s["drafting"]
