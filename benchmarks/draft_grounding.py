@@ -66,7 +66,7 @@ def grounding(predictions: list[dict], rows: dict[str, dict]) -> dict:
     drafts = [d for p in drafting for d in p["drafts"]]
     seconds = [p["stages_s"]["drafting_s"] for p in drafting if "drafting_s" in p.get("stages_s", {})]
     # a drafts-only method's latency: retrieval, clustering and drafting without one-time compilation
-    draft_latency = [p["latency_s"] for p in predictions if p["method"] == "random_draft"]
+    draft_latency = [p["latency_s"] for p in predictions if p["method"] == "random_draft" and "latency_s" in p]
     # lossless decoding over the drafts (--methods lossless): tokens a verifier step emits, over every question
     spec = [p["speculation"]["counts"] for p in predictions if p["method"] == "lossless" and p.get("speculation")]
     return {

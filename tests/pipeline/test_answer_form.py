@@ -106,11 +106,13 @@ def test_line_answers_are_the_first_line_and_turn_answers_run_on(rag):
 
 @pytest.mark.slow
 def test_a_turn_answer_gets_the_room_the_context_has(rag):
-    """A prompt that leaves less room than the budget is answered (the budget is a cap), not refused."""
-    long_docs = [{"id": str(i), "title": "Paris", "text": "Paris is the capital of France. " * 20} for i in range(7)]
+    """A budget beyond the room the prompt leaves in the context (1024 tokens here) is a cap: the answer gets the
+    room, where a plain generation with that many new tokens is refused."""
     rag.config.max_answer_tokens = 4096
     try:
-        out = rag.answer("What is the capital of France?", long_docs, "standard")
+        out = rag.answer("What is the capital of France?", DOCS, "standard")
     finally:
         rag.config.max_answer_tokens = 48
-    assert out.trace["verifier_prefill_tokens"] + out.trace["verifier_decode_tokens"] <= 1024
+    assert out.answer and out.trace["verifier_prefill_tokens"] + out.trace["verifier_decode_tokens"] <= 1024
+    with pytest.raises(SpecRagError, match="exceeds the context of 1024 tokens"):
+        rag.verifier.generate_ids([[1, 2, 3]], max_new_tokens=4096)
