@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from specrag_jax.host_memory import status_mib
 from specrag_jax.machine_peaks import best_time
-from specrag_jax.run_facts import machine_info
+from specrag_jax.run_facts import checkout_commit, machine_info
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -209,7 +209,7 @@ def git_state() -> dict[str, Any]:
             return ""
 
     return {
-        "commit": git("rev-parse", "HEAD").strip() or None,
+        "commit": checkout_commit(),
         "changed_files": [line[3:] for line in git("status", "--porcelain").splitlines()],
     }
 

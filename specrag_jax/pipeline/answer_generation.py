@@ -16,6 +16,11 @@ from specrag_jax.pipeline.prompts import first_line
 from specrag_jax.pipeline.rag_config import RAGConfig
 
 
+def one_line(config: RAGConfig, closed: ClosedSet | None = None) -> bool:
+    """Whether the answer is its first line: the paper's form, or a closed set's label."""
+    return config.answer_stop == "line" or closed is not None
+
+
 def generate_answer(
     verifier: TextModel,
     config: RAGConfig,
@@ -28,7 +33,7 @@ def generate_answer(
     """The answer to the rendered ``prompt``; its counts and times go into ``trace`` (``answer_cut``: the budget
     ended it). ``closed``: one line, parsed to the label it gives (its first line when it gives none)."""
     t = time.perf_counter()
-    line = config.answer_stop == "line" or closed is not None
+    line = one_line(config, closed)
     ids = verifier.tokenizer.encode_rendered(prompt)
     budget = config.max_answer_tokens
     if not line:  # a cap, not a length: the answer gets the context's room when that is less

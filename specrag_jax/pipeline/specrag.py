@@ -25,7 +25,7 @@ from specrag_jax.errors import SpecRagError
 from specrag_jax.machine_peaks import platform_peaks
 from specrag_jax.models.deferred_model import ensure_loaded
 from specrag_jax.models.text_model import TextModel
-from specrag_jax.pipeline.answer_generation import generate_answer
+from specrag_jax.pipeline.answer_generation import generate_answer, one_line
 from specrag_jax.pipeline.answer_stream import AnswerStream
 from specrag_jax.pipeline.closed_set import ClosedSet
 from specrag_jax.pipeline.clustering import SubsetFn
@@ -285,8 +285,7 @@ class SpecRAG:
             )
         stream = None
         if self._on_text is not None and closed is None:  # only one of answer()'s answers is generated here
-            line = self.config.answer_stop == "line"
-            stream = self._streamed = AnswerStream(self._on_text, line)
+            stream = self._streamed = AnswerStream(self._on_text, one_line(self.config))
         answer = generate_answer(self.verifier, self.config, prompt, trace, speculation, closed, stream)
         trace["total_s"] = time.perf_counter() - t0
         return RAGAnswer(answer, "", [d["id"] for d in docs], [], trace, method, docs)
